@@ -1,0 +1,37 @@
+// Per-thread scanner over a shared ruleset. Owns Hyperscan scratch cloned from the
+// ruleset's prototype. Not thread safe: one scanner per thread; a scan is one
+// synchronous call and must not be held across a co_await.
+#pragma once
+
+#include "sluice/detectors/finding.hpp"
+#include "sluice/detectors/ruleset.hpp"
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace sluice::detectors {
+
+namespace detail {
+struct scanner_impl;
+}
+
+class scanner {
+public:
+    explicit scanner(std::shared_ptr<const ruleset> rules);
+    ~scanner();
+    scanner(scanner&&) noexcept;
+    scanner& operator=(scanner&&) noexcept;
+
+    /// Scans one block; appends confirmed, validated findings to `out` in offset order.
+    /// Offsets are relative to `data`. Never throws; returns false only if Hyperscan
+    /// reported an internal error (callers fail closed on false).
+    bool scan(std::string_view data, std::vector<finding>& out);
+
+    const ruleset& rules() const noexcept;
+
+private:
+    std::unique_ptr<detail::scanner_impl> impl_;
+};
+
+} // namespace sluice::detectors

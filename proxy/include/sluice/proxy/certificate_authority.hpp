@@ -1,0 +1,71 @@
+// The local CA used for TLS interception, and leaf certificates minted from it.
+// Formats: X.509 v3 (RFC 5280), SubjectAltName dNSName / iPAddress (RFC 5280 4.2.1.6),
+// keys ECDSA P-256 (RFC 5480), PEM files (RFC 7468).
+#pragma once
+
+#include <boost/asio/ssl/context.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <expected>
+#include <filesystem>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace sluice::proxy {
+
+/// Creates a new self-signed CA (ECDSA P-256, 10 years, basicConstraints CA:TRUE,
+/// keyUsage keyCertSign|cRLSign) at `cert` and `key`. The key file is created with mode
+/// 0600 and the parent directories with 0700. Fails (no overwrite) if either exists.
+/// Returns an error message on failure; never throws.
+std::expected<void, std::string> create_ca(const std::filesystem::path& cert,
+                                           const std::filesystem::path& key);
+
+/// A loaded CA that mints and caches leaf certificates per host.
+/// Thread safety: all member functions may be called from any thread (internal mutex).
+class certificate_authority {
+public:
+    /// Loads the CA certificate and private key (PEM). Refuses a key file readable by
+    /// group or others. Error message names the file.
+    static std::expected<std::shared_ptr<certificate_authority>, std::string>
+    load(const std::filesystem::path& cert, const std::filesystem::path& key,
+         std::size_t cache_capacity = 4096);
+
+    ~certificate_authority();
+
+    /// A server-side TLS context presenting a leaf for `host` (an IP literal gets an
+    /// iPAddress SAN, anything else a dNSName SAN), valid from 1 hour ago for 30 days,
+    /// signed by this CA, chain = leaf + CA. ALPN offers only http/1.1. Cached per host
+    /// (LRU, `cache_capacity` entries). nullptr on failure.
+    std::shared_ptr<boost::asio::ssl::context> server_context(std::string_view host);
+
+    /// Mints a fresh leaf (uncached) as PEM: certificate then private key. For tests/tools.
+    std::expected<std::string, std::string> mint_leaf_pem(std::string_view host);
+
+    /// Number of leaves minted so far (cache misses). For tests and metrics.
+    std::size_t minted() const;
+
+    const std::filesystem::path& cert_path() const noexcept { return cert_path_; }
+
+private:
+    certificate_authority() = default;
+    struct impl;
+    std::unique_ptr<impl> impl_;
+    std::filesystem::path cert_path_;
+};
+
+/// A client-side TLS context for upstream connections: verify peer against `ca_file`
+/// (or the system default store when empty), TLS 1.2+, ALPN http/1.1 only. The caller
+/// sets SNI and host-name verification per connection (see `prepare_upstream_ssl`).
+/// Throws boost::system::system_error if `ca_file` cannot be loaded (start-up only).
+boost::asio::ssl::context make_upstream_context(const std::filesystem::path& ca_file);
+
+/// Sets SNI (not for IP literals) and RFC 6125 host-name / IP verification on `ssl`.
+/// Returns false on failure.
+bool prepare_upstream_ssl(void* ssl /* SSL* */, std::string_view host);
+
+} // namespace sluice::proxy
