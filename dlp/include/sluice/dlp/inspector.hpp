@@ -4,13 +4,14 @@
 // owns `scanner`.
 #pragma once
 
-#include "sluice/dlp/policy.hpp"
 #include "sluice/detectors/scanner.hpp"
+#include "sluice/dlp/policy.hpp"
 
 #include <cstddef>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sluice::dlp {
@@ -35,6 +36,7 @@ struct finding_record {
     std::string location;    ///< "url", "header:<lower-case name>", "body"
     std::string variant;     ///< "raw" or a decode chain such as "gzip>base64"
     std::size_t offset = 0;  ///< byte offset within that location's (decoded) data
+    std::size_t length = 0;  ///< length in bytes of the secret at `offset` (for redaction)
     std::string fingerprint; ///< "sha256:<16 hex>"
 };
 
@@ -51,24 +53,44 @@ struct verdict {
     std::vector<finding_record> findings;
 };
 
+/// Verdicts (CONTRACT.md "What a client gets"):
+/// - no finding left after filtering: forward, status 200;
+/// - findings with `dlp.on_finding` deny: deny, 403 `dlp_finding`;
+/// - findings with supervise: verdict_kind::supervise, 403 `dlp_finding` (the proxy holds
+///   or, until issue 7, denies with that status);
+/// - findings with log: forward, findings kept for audit and metrics;
+/// - body over `dlp.max_body`: deny, 413 `body_too_large` (nothing is scanned);
+/// - the scanner failed (Hyperscan internal error) or an allocation failed: deny, 500
+///   `internal` — fail closed, never forward unscanned bytes.
+/// Findings are filtered by `dlp.detectors` (rule id, category or "all") and `dlp.ignore`
+/// (same rule and the same value, compared by fingerprint). Offsets are relative to the
+/// location's data; variant is "raw" (decoded variants come with the decoder issue).
 class inspector {
 public:
+    /// `p` and `s` must outlive the inspector.
     inspector(const policy& p, detectors::scanner& s);
 
-    /// Scans the target (URL) and every header value. Never throws.
+    /// Scans the target (location "url") and every header value (location
+    /// "header:<lower-case name>"), except `Proxy-Authorization`, which is the proxy's own
+    /// credential and never forwarded. Never throws.
     verdict on_head(const request_view& req);
-    /// Scans the whole request body (already de-chunked). Bodies larger than
-    /// policy.dlp.max_body give 413 body_too_large. Never throws.
+    /// Scans the whole request body (already de-chunked), location "body". Bodies larger
+    /// than policy.dlp.max_body give 413 body_too_large. Never throws.
     verdict on_body(std::string_view body);
 
 private:
     verdict decide(std::vector<finding_record> findings) const;
-    void scan_into(std::string_view data, std::string_view location,
+    /// False if the scanner reported an internal error.
+    bool scan_into(std::string_view data, std::string_view location,
                    std::vector<finding_record>& out);
+    bool wanted(const detectors::finding& f) const noexcept;
+    bool ignored(const detectors::finding& f, std::string_view data) const;
 
     const policy& policy_;
     detectors::scanner& scanner_;
     std::vector<detectors::finding> scratch_;
+    /// policy.dlp.ignore with each exact value replaced by its fingerprint.
+    std::vector<std::pair<std::string, std::string>> ignore_fingerprints_;
 };
 
 } // namespace sluice::dlp

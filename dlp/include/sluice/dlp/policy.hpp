@@ -33,7 +33,10 @@ struct cidr {
 };
 
 /// Loopback, RFC 1918, link-local (incl. 169.254.169.254 metadata), CGNAT 100.64/10,
-/// unspecified, multicast, IPv6 ULA fc00::/7, fe80::/10, ::1, and IPv4-mapped forms of these.
+/// 0.0.0.0/8, multicast 224/4, reserved 240/4 and broadcast, IPv6 unspecified ::, ::1,
+/// ULA fc00::/7 (incl. fd00:ec2::254), fe80::/10, multicast ff00::/8, and IPv4 embedded in
+/// IPv6 whose IPv4 is private: mapped ::ffff:0:0/96, compatible ::/96, NAT64 64:ff9b::/96
+/// (RFC 6052), 6to4 2002::/16 (RFC 3056) and Teredo 2001::/32 client (RFC 4380).
 bool is_private_destination(const ip_address& a) noexcept;
 
 enum class action { allow, deny, supervise };
@@ -63,29 +66,68 @@ struct dlp_settings {
     std::vector<ignore_entry> ignore;
 };
 
+/// Per-policy limits (CONTRACT.md `policies[].limits`); 0 = unlimited. Enforced by a later
+/// issue; stored now so a contract-conformant file loads.
+struct policy_limits {
+    std::uint64_t requests_per_minute = 0;
+    std::uint64_t upload_per_minute = 0; ///< bytes
+    std::uint64_t max_connections = 0;
+};
+
 struct policy {
     std::string identity; ///< identity name or "*"
     std::vector<policy_rule> rules;
     dlp_settings dlp;
+    policy_limits limits;
     std::vector<cidr> private_destinations; ///< SSRF exceptions
+};
+
+/// `Proxy-Authorization` credentials of an identity (CONTRACT.md `identities[].proxy_auth`).
+/// Enforcement (Basic/Bearer, constant-time compare) belongs to issue 5.
+struct proxy_auth_match {
+    std::string username;     ///< Basic user name; empty = Bearer only
+    std::string token_sha256; ///< lower-case hex SHA-256 (64 digits) of the token/password
+};
+
+/// mTLS client certificate match (CONTRACT.md `identities[].client_cert`): at least one set.
+struct client_cert_match {
+    std::string uri_san;    ///< exact URI SAN, e.g. a SPIFFE id; empty = not used
+    std::string subject_cn; ///< exact subject CN; empty = not used
 };
 
 struct identity {
     std::string name;
     std::vector<cidr> source_cidrs;
+    std::optional<proxy_auth_match> proxy_auth;
+    std::optional<client_cert_match> client_cert;
 };
 
-/// Normalises a host for matching: lower case, trailing dot removed, IPv6 brackets removed.
+/// Normalises a host for matching: ASCII lower case, one trailing dot removed, IPv6
+/// brackets removed and the address printed canonically (RFC 5952, "0:0::1" -> "::1"),
+/// IPv4 literals in every inet_aton(3) spelling ("0x7f000001", "2130706433",
+/// "0177.0.0.1", "127.1") printed as dotted quad. Non-ASCII (IDNA) hosts are returned
+/// lower-cased but otherwise unchanged (punycode conversion is issue 5). Never throws
+/// except std::bad_alloc.
 std::string normalize_host(std::string_view host);
 
 /// True if `pattern` ("*", "*.example.com", exact) matches the normalised `host`.
 /// "*.example.com" matches sub.example.com and a.b.example.com, not example.com.
 bool host_matches(std::string_view pattern, std::string_view host) noexcept;
 
-/// First rule of `p` matching host/port/method/path, or nullptr (= deny). `method`
-/// empty means "any method" (used for the CONNECT decision before the inner request
-/// is known): only rules without a method/path constraint, or any rule when
-/// `connect_phase` is true, are considered — see policy.cpp.
+/// First rule of `p` matching, or nullptr (no match = deny).
+///
+/// Request phase (`connect_phase` false; an absolute-form request or one request inside a
+/// TLS-intercepted tunnel): host, port, method and path must all satisfy the rule. A rule
+/// with a `methods` list never matches an empty `method`; `path` is the origin-form target
+/// and is compared byte for byte against `path_prefix` (no percent-decoding).
+///
+/// CONNECT phase (`connect_phase` true; deciding a CONNECT before any inner request is
+/// known): only host and port are compared and `method`/`path` are ignored. Method and
+/// path constraints are enforced later, per inner request, with `connect_phase` false. So
+/// that a narrow deny (say, `deny DELETE`) does not refuse the whole tunnel, a rule that
+/// has method or path constraints and action deny is skipped in this phase; the first
+/// other rule whose host and port match is returned. config rejects `inspect: false` on a
+/// rule with method or path constraints (an opaque tunnel cannot enforce them).
 const policy_rule* match_rule(const policy& p, std::string_view host, std::uint16_t port,
                               std::string_view method, std::string_view path,
                               bool connect_phase = false) noexcept;

@@ -1,0 +1,311 @@
+// Identities, policies and the address checks the data path consults. Address text is
+// parsed with the C library (inet_pton/inet_aton/inet_ntop) rather than by hand: those
+// parsers are the ones the resolver and the kernel agree with, so what we check is what
+// a connect() would reach.
+#include "sluice/dlp/policy.hpp"
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <charconv>
+#include <cstring>
+#include <netinet/in.h>
+
+namespace sluice::dlp {
+
+namespace {
+
+char ascii_lower(char c) noexcept {
+    return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+    if (a.size() != b.size()) {
+        return false;
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        if (ascii_lower(a[i]) != ascii_lower(b[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+ip_address from_v4(const std::uint8_t* v4) noexcept {
+    ip_address a;
+    a.bytes[10] = 0xff;
+    a.bytes[11] = 0xff;
+    std::memcpy(a.bytes.data() + 12, v4, 4);
+    return a;
+}
+
+bool v4_private(const std::uint8_t* b) noexcept {
+    const std::uint8_t o0 = b[0];
+    const std::uint8_t o1 = b[1];
+    if (o0 == 0 || o0 == 10 || o0 == 127) { // "this network", RFC 1918, loopback
+        return true;
+    }
+    if (o0 == 172 && (o1 & 0xf0) == 16) { // 172.16.0.0/12
+        return true;
+    }
+    if (o0 == 192 && o1 == 168) {
+        return true;
+    }
+    if (o0 == 169 && o1 == 254) { // link-local, cloud metadata 169.254.169.254
+        return true;
+    }
+    if (o0 == 100 && (o1 & 0xc0) == 64) { // carrier-grade NAT 100.64.0.0/10
+        return true;
+    }
+    if (o0 >= 224) { // multicast 224/4, reserved 240/4, broadcast 255.255.255.255
+        return true;
+    }
+    return false;
+}
+
+bool all_zero(const std::uint8_t* b, std::size_t n) noexcept {
+    return std::all_of(b, b + n, [](std::uint8_t x) { return x == 0; });
+}
+
+} // namespace
+
+std::optional<ip_address> ip_address::parse(std::string_view text) {
+    // inet_pton needs a NUL-terminated string; the longest valid IPv6 text is 45 bytes.
+    char buf[INET6_ADDRSTRLEN + 1];
+    if (text.empty() || text.size() >= sizeof buf || text.find('\0') != std::string_view::npos) {
+        return std::nullopt;
+    }
+    std::memcpy(buf, text.data(), text.size());
+    buf[text.size()] = '\0';
+    std::uint8_t raw[16];
+    if (::inet_pton(AF_INET, buf, raw) == 1) {
+        return from_v4(raw);
+    }
+    if (::inet_pton(AF_INET6, buf, raw) == 1) {
+        ip_address a;
+        std::memcpy(a.bytes.data(), raw, 16);
+        return a;
+    }
+    return std::nullopt;
+}
+
+bool ip_address::is_v4() const noexcept {
+    return all_zero(bytes.data(), 10) && bytes[10] == 0xff && bytes[11] == 0xff;
+}
+
+std::string ip_address::to_string() const {
+    char buf[INET6_ADDRSTRLEN];
+    const char* r = is_v4() ? ::inet_ntop(AF_INET, bytes.data() + 12, buf, sizeof buf)
+                            : ::inet_ntop(AF_INET6, bytes.data(), buf, sizeof buf);
+    return r ? std::string(r) : std::string();
+}
+
+std::optional<cidr> cidr::parse(std::string_view text) {
+    const auto slash = text.find('/');
+    const auto addr = ip_address::parse(text.substr(0, slash));
+    if (!addr) {
+        return std::nullopt;
+    }
+    const unsigned max_len = addr->is_v4() ? 32 : 128;
+    unsigned len = max_len;
+    if (slash != std::string_view::npos) {
+        const auto digits = text.substr(slash + 1);
+        if (digits.empty() || digits.size() > 3 ||
+            !std::all_of(digits.begin(), digits.end(),
+                         [](char c) { return c >= '0' && c <= '9'; })) {
+            return std::nullopt;
+        }
+        std::from_chars(digits.data(), digits.data() + digits.size(), len);
+        if (len > max_len) {
+            return std::nullopt;
+        }
+    }
+    cidr c;
+    c.prefix_len = addr->is_v4() ? len + 96 : len;
+    // Host bits are cleared rather than rejected: "10.1.2.3/8" means 10.0.0.0/8, as in
+    // iptables and most firewall configs.
+    c.network = *addr;
+    for (unsigned bit = c.prefix_len; bit < 128; ++bit) {
+        c.network.bytes[bit / 8] &= static_cast<std::uint8_t>(~(0x80u >> (bit % 8)));
+    }
+    return c;
+}
+
+bool cidr::contains(const ip_address& a) const noexcept {
+    const unsigned full = prefix_len / 8;
+    if (std::memcmp(network.bytes.data(), a.bytes.data(), full) != 0) {
+        return false;
+    }
+    const unsigned rest = prefix_len % 8;
+    if (rest == 0) {
+        return true;
+    }
+    const auto mask = static_cast<std::uint8_t>(0xff00u >> rest);
+    return (network.bytes[full] & mask) == (a.bytes[full] & mask);
+}
+
+bool is_private_destination(const ip_address& a) noexcept {
+    const std::uint8_t* b = a.bytes.data();
+    if (a.is_v4()) {
+        return v4_private(b + 12);
+    }
+    if (all_zero(b, 12)) {
+        // ::, ::1 and the deprecated IPv4-compatible ::a.b.c.d: the last 4 bytes are an IPv4
+        // address to any stack that still honours them, so judge them as one.
+        return true;
+    }
+    if ((b[0] & 0xfe) == 0xfc) { // unique local fc00::/7 (incl. AWS fd00:ec2::254)
+        return true;
+    }
+    if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) { // link-local fe80::/10
+        return true;
+    }
+    if (b[0] == 0xff) { // multicast ff00::/8
+        return true;
+    }
+    if (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0) { // deprecated site-local fec0::/10
+        return true;
+    }
+    // NAT64 well-known prefix 64:ff9b::/96 (RFC 6052) carries the IPv4 in the last 4 bytes.
+    static constexpr std::uint8_t nat64[12] = {0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (std::memcmp(b, nat64, 12) == 0) {
+        return v4_private(b + 12);
+    }
+    // NAT64 local-use 64:ff9b:1::/48 (RFC 8215) is for private translators: never public.
+    if (b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && b[4] == 0x00 &&
+        b[5] == 0x01) {
+        return true;
+    }
+    // 6to4 2002:V4ADDR::/48 (RFC 3056).
+    if (b[0] == 0x20 && b[1] == 0x02) {
+        return v4_private(b + 2);
+    }
+    // Teredo 2001:0000::/32 (RFC 4380): the client IPv4 is the last 4 bytes, inverted.
+    if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x00 && b[3] == 0x00) {
+        const std::uint8_t client[4] = {
+            static_cast<std::uint8_t>(~b[12]), static_cast<std::uint8_t>(~b[13]),
+            static_cast<std::uint8_t>(~b[14]), static_cast<std::uint8_t>(~b[15])};
+        return v4_private(client);
+    }
+    return false;
+}
+
+std::string normalize_host(std::string_view host) {
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+    }
+    std::string out(host);
+    std::transform(out.begin(), out.end(), out.begin(), ascii_lower);
+    if (!out.empty() && out.back() == '.') {
+        out.pop_back();
+    }
+    if (out.empty() || out.size() > 253) {
+        return out;
+    }
+    if (out.find(':') != std::string::npos) {
+        if (auto a = ip_address::parse(out)) {
+            return a->to_string();
+        }
+        return out;
+    }
+    // Every inet_aton spelling of an IPv4 literal (hex, octal, decimal, 1-4 parts) is what
+    // curl and getaddrinfo accept too, so they must match the same rules as the dotted
+    // quad. inet_aton stops at whitespace and accepts what follows, so restrict the
+    // alphabet first: digits, dots and the hex letters/x only, starting with a digit.
+    const bool numeric_alphabet =
+        out.front() >= '0' && out.front() <= '9' && std::all_of(out.begin(), out.end(), [](char c) {
+            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || c == 'x' || c == '.';
+        });
+    if (numeric_alphabet) {
+        in_addr v4{};
+        if (::inet_aton(out.c_str(), &v4) != 0) {
+            char buf[INET_ADDRSTRLEN];
+            if (::inet_ntop(AF_INET, &v4, buf, sizeof buf) != nullptr) {
+                return buf;
+            }
+        }
+    }
+    return out;
+}
+
+bool host_matches(std::string_view pattern, std::string_view host) noexcept {
+    if (pattern == "*") {
+        return !host.empty();
+    }
+    if (pattern.size() > 2 && pattern[0] == '*' && pattern[1] == '.') {
+        const auto suffix = pattern.substr(1); // ".example.com"
+        return host.size() > suffix.size() &&
+               iequals(host.substr(host.size() - suffix.size()), suffix);
+    }
+    return iequals(pattern, host);
+}
+
+const policy_rule* match_rule(const policy& p, std::string_view host, std::uint16_t port,
+                              std::string_view method, std::string_view path,
+                              bool connect_phase) noexcept {
+    for (const auto& r : p.rules) {
+        if (!r.hosts.empty() &&
+            std::none_of(r.hosts.begin(), r.hosts.end(),
+                         [&](const std::string& h) { return host_matches(h, host); })) {
+            continue;
+        }
+        if (!r.ports.empty() && std::find(r.ports.begin(), r.ports.end(), port) == r.ports.end()) {
+            continue;
+        }
+        const bool constrained = !r.methods.empty() || !r.path_prefix.empty();
+        if (connect_phase) {
+            if (constrained && r.act == action::deny) {
+                continue; // decided per inner request; must not refuse the whole tunnel
+            }
+            return &r;
+        }
+        if (!r.methods.empty() &&
+            std::none_of(r.methods.begin(), r.methods.end(),
+                         [&](const std::string& m) { return iequals(m, method); })) {
+            continue;
+        }
+        if (!r.path_prefix.empty() && !path.starts_with(r.path_prefix)) {
+            continue;
+        }
+        return &r;
+    }
+    return nullptr;
+}
+
+std::optional<std::string> resolve_identity(const std::vector<identity>& identities,
+                                            const std::optional<std::string>& listener_identity,
+                                            const ip_address& source) {
+    if (listener_identity) {
+        return listener_identity;
+    }
+    const identity* found = nullptr;
+    for (const auto& id : identities) {
+        const bool hit = std::any_of(id.source_cidrs.begin(), id.source_cidrs.end(),
+                                     [&](const cidr& c) { return c.contains(source); });
+        if (!hit) {
+            continue;
+        }
+        if (found != nullptr) {
+            return std::nullopt; // ambiguous: two identities claim this source
+        }
+        found = &id;
+    }
+    if (found == nullptr) {
+        return std::nullopt;
+    }
+    return found->name;
+}
+
+const policy* policy_for(const std::vector<policy>& policies, std::string_view identity) noexcept {
+    const policy* wildcard = nullptr;
+    for (const auto& p : policies) {
+        if (p.identity == identity) {
+            return &p;
+        }
+        if (p.identity == "*" && wildcard == nullptr) {
+            wildcard = &p;
+        }
+    }
+    return wildcard;
+}
+
+} // namespace sluice::dlp
