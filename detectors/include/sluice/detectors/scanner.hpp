@@ -6,6 +6,7 @@
 #include "sluice/detectors/finding.hpp"
 #include "sluice/detectors/ruleset.hpp"
 
+#include <cstddef>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,10 @@ public:
     /// Offsets are relative to `data`. Never throws; returns false only if Hyperscan
     /// reported an internal error (callers fail closed on false).
     bool scan(std::string_view data, std::vector<finding>& out);
+
+    /// Same, but only for matches whose end lies after byte `report_from` of `data`; the
+    /// bytes before it are context only (used by stream_scanner for its carried tail).
+    bool scan(std::string_view data, std::size_t report_from, std::vector<finding>& out);
 
     const ruleset& rules() const noexcept;
 

@@ -1,0 +1,179 @@
+#include "sluice/detectors/ruleset.hpp"
+
+#include "detail/ruleset_impl.hpp"
+#include "sluice/detectors/validators.hpp"
+
+#include <chrono>
+#include <climits>
+#include <set>
+#include <string_view>
+#include <type_traits>
+
+namespace sluice::detectors {
+
+namespace {
+
+// g++ 12 has no <format>; a tiny concatenation helper keeps messages readable.
+template <class... Parts>
+std::string str_cat(const Parts&... parts) {
+    std::string out;
+    auto add = [&out](const auto& p) {
+        if constexpr (std::is_arithmetic_v<std::decay_t<decltype(p)>>) {
+            out += std::to_string(p);
+        } else {
+            out += std::string_view(p);
+        }
+    };
+    (add(parts), ...);
+    return out;
+}
+
+// Unbounded patterns (a `+` or `*`) get this much context for confirmation. A rule can
+// set max_width explicitly when it needs more; prefix-anchored bounded patterns never
+// reach it.
+constexpr std::size_t unbounded_width_cap = 4096;
+
+// Byte semantics in both engines: Hyperscan without HS_FLAG_UTF8 and RE2 in Latin-1
+// see the same bytes, so a Hyperscan hit on binary input confirms the same way.
+RE2::Options confirm_options() {
+    RE2::Options o;
+    o.set_encoding(RE2::Options::EncodingLatin1);
+    o.set_log_errors(false);
+    o.set_max_mem(32 << 20);
+    return o;
+}
+
+} // namespace
+
+ruleset::ruleset(std::unique_ptr<detail::ruleset_impl> impl)
+    : impl_(std::move(impl)) {}
+ruleset::~ruleset() = default;
+
+std::span<const rule> ruleset::rules() const noexcept {
+    return impl_->rules;
+}
+std::size_t ruleset::max_width() const noexcept {
+    return impl_->max_width;
+}
+double ruleset::compile_ms() const noexcept {
+    return impl_->compile_ms;
+}
+
+std::expected<std::shared_ptr<const ruleset>, std::vector<std::string>>
+ruleset::compile(std::vector<rule> rules) try {
+    const auto started = std::chrono::steady_clock::now();
+    std::vector<std::string> errors;
+    if (rules.empty()) {
+        return std::unexpected(std::vector<std::string>{"ruleset: no rules"});
+    }
+    auto impl = std::make_unique<detail::ruleset_impl>();
+    impl->compiled.resize(rules.size());
+    std::set<std::string, std::less<>> ids;
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+        const rule& r = rules[i];
+        auto& c = impl->compiled[i];
+        const std::string& id = r.id.empty() ? str_cat("#", i) : r.id;
+        if (r.id.empty())
+            errors.push_back(str_cat("rule ", id, ": empty id"));
+        if (!ids.insert(r.id).second)
+            errors.push_back(str_cat("rule ", id, ": duplicate id"));
+        if (r.pattern.empty()) {
+            errors.push_back(str_cat("rule ", id, ": empty pattern"));
+            continue;
+        }
+        if (!is_known_validator(r.validator)) {
+            errors.push_back(str_cat("rule ", id, ": unknown validator \"", r.validator, "\""));
+        }
+        if (r.confidence < 0 || r.confidence > 1) {
+            errors.push_back(str_cat("rule ", id, ": confidence must be within 0..1"));
+        }
+        c.confirm = std::make_unique<RE2>("(?:" + r.pattern + ")\\z", confirm_options());
+        if (!c.confirm->ok()) {
+            errors.push_back(
+                str_cat("rule ", id, ": RE2 rejects the pattern: ", c.confirm->error()));
+            continue;
+        }
+        c.groups = c.confirm->NumberOfCapturingGroups();
+
+        hs_expr_info_t* info = nullptr;
+        hs_compile_error_t* err = nullptr;
+        if (hs_expression_info(r.pattern.c_str(), 0, &info, &err) != HS_SUCCESS) {
+            hs_free_compile_error(err);
+            err = nullptr;
+            // Hyperscan cannot take it as written: scan a superset and let RE2 decide.
+            c.prefilter = true;
+            if (hs_expression_info(r.pattern.c_str(), HS_FLAG_PREFILTER, &info, &err) !=
+                HS_SUCCESS) {
+                errors.push_back(str_cat("rule ", id, ": Hyperscan rejects the pattern: ",
+                                         err != nullptr ? err->message : "unknown error"));
+                hs_free_compile_error(err);
+                continue;
+            }
+        }
+        const unsigned hs_max = info->max_width;
+        const bool empty_ok = info->min_width == 0;
+        std::free(info);
+        if (empty_ok) {
+            errors.push_back(str_cat("rule ", id, ": pattern matches the empty string"));
+            continue;
+        }
+        c.width = r.max_width != 0     ? r.max_width
+                  : hs_max == UINT_MAX ? unbounded_width_cap
+                                       : std::size_t{hs_max};
+        impl->max_width = std::max(impl->max_width, c.width);
+    }
+    if (!errors.empty())
+        return std::unexpected(std::move(errors));
+
+    // One block database for everything, no start-of-match (STYLE.md engine notes). A
+    // pattern the compiler rejects in the combined build (e.g. "too large") is retried as
+    // a prefilter; RE2 confirmation keeps the result exact.
+    std::vector<unsigned> flags(rules.size()), hs_ids(rules.size());
+    std::vector<const char*> exprs(rules.size());
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+        exprs[i] = rules[i].pattern.c_str();
+        hs_ids[i] = static_cast<unsigned>(i);
+    }
+    for (;;) {
+        for (std::size_t i = 0; i < rules.size(); ++i) {
+            flags[i] = impl->compiled[i].prefilter ? HS_FLAG_PREFILTER : 0;
+        }
+        hs_database_t* db = nullptr;
+        hs_compile_error_t* err = nullptr;
+        if (hs_compile_multi(exprs.data(), flags.data(), hs_ids.data(),
+                             static_cast<unsigned>(rules.size()), HS_MODE_BLOCK, nullptr, &db,
+                             &err) == HS_SUCCESS) {
+            impl->db.reset(db);
+            break;
+        }
+        const int at = err->expression;
+        std::string msg = err->message;
+        hs_free_compile_error(err);
+        if (at >= 0 && static_cast<std::size_t>(at) < rules.size() &&
+            !impl->compiled[at].prefilter) {
+            impl->compiled[at].prefilter = true;
+            continue;
+        }
+        if (at >= 0 && static_cast<std::size_t>(at) < rules.size()) {
+            return std::unexpected(std::vector<std::string>{
+                str_cat("rule ", rules[at].id, ": Hyperscan rejects the pattern: ", msg)});
+        }
+        return std::unexpected(
+            std::vector<std::string>{"ruleset: Hyperscan compile failed: " + msg});
+    }
+    hs_scratch_t* scratch = nullptr;
+    if (hs_alloc_scratch(impl->db.get(), &scratch) != HS_SUCCESS) {
+        return std::unexpected(
+            std::vector<std::string>{"ruleset: cannot allocate Hyperscan scratch"});
+    }
+    impl->prototype.reset(scratch);
+    impl->rules = std::move(rules);
+    impl->compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count();
+    return std::shared_ptr<const ruleset>(new ruleset(std::move(impl)));
+} catch (const std::exception& e) {
+    return std::unexpected(std::vector<std::string>{std::string("ruleset: ") + e.what()});
+}
+
+} // namespace sluice::detectors

@@ -1,0 +1,224 @@
+#include "sluice/detectors/scanner.hpp"
+
+#include "detail/ruleset_impl.hpp"
+#include "sluice/detectors/stream_scanner.hpp"
+#include "sluice/detectors/validators.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace sluice::detectors {
+
+namespace detail {
+
+struct hit {
+    std::uint32_t rule;
+    std::uint32_t pad;
+    std::size_t end;
+};
+
+// A confirmed match before dedupe: `match_*` is the whole RE2 match, `secret_*` group 1.
+struct candidate {
+    std::uint32_t rule;
+    std::size_t match_begin;
+    std::size_t match_end;
+    std::size_t secret_begin;
+    std::size_t secret_end;
+};
+
+struct scanner_impl {
+    std::shared_ptr<const ruleset> rules;
+    hs_scratch_ptr scratch;
+    // Reused across scans so the hot path allocates only when a scan has more hits than
+    // any before it.
+    std::vector<hit> hits;
+    std::vector<candidate> candidates;
+    std::size_t report_from = 0;
+};
+
+namespace {
+
+int on_match(unsigned int id, unsigned long long /*from*/, unsigned long long to,
+             unsigned int /*flags*/, void* ctx) {
+    auto* self = static_cast<scanner_impl*>(ctx);
+    if (to > self->report_from) {
+        // Same rule, same end: Hyperscan may report a prefilter rule more than once.
+        if (!self->hits.empty() && self->hits.back().rule == id && self->hits.back().end == to) {
+            return 0;
+        }
+        self->hits.push_back(hit{id, 0, static_cast<std::size_t>(to)});
+    }
+    return 0;
+}
+
+} // namespace
+} // namespace detail
+
+scanner::scanner(std::shared_ptr<const ruleset> rules)
+    : impl_(std::make_unique<detail::scanner_impl>()) {
+    hs_scratch_t* s = nullptr;
+    // Cloning cannot fail short of memory exhaustion; a null scratch makes scan() fail
+    // closed instead of throwing across this API.
+    if (hs_clone_scratch(rules->impl().prototype.get(), &s) == HS_SUCCESS)
+        impl_->scratch.reset(s);
+    impl_->rules = std::move(rules);
+    impl_->hits.reserve(256);
+    impl_->candidates.reserve(64);
+}
+
+scanner::~scanner() = default;
+scanner::scanner(scanner&&) noexcept = default;
+scanner& scanner::operator=(scanner&&) noexcept = default;
+
+const ruleset& scanner::rules() const noexcept {
+    return *impl_->rules;
+}
+
+bool scanner::scan(std::string_view data, std::vector<finding>& out) {
+    return scan(data, 0, out);
+}
+
+bool scanner::scan(std::string_view data, std::size_t report_from, std::vector<finding>& out) try {
+    auto& s = *impl_;
+    if (!s.scratch)
+        return false;
+    if (data.empty())
+        return true;
+    const auto& rs = s.rules->impl();
+    s.hits.clear();
+    s.candidates.clear();
+    s.report_from = report_from;
+
+    // Hyperscan takes an unsigned int length; larger inputs go in overlapping slices.
+    constexpr std::size_t slice = std::size_t{1} << 30;
+    const std::size_t overlap = rs.max_width;
+    for (std::size_t base = 0; base < data.size();) {
+        const std::size_t len = std::min(slice, data.size() - base);
+        const std::size_t hits_before = s.hits.size();
+        const std::size_t saved_from = s.report_from;
+        s.report_from = base == 0 ? saved_from : std::max(saved_from, base + overlap) - base;
+        const hs_error_t rc = hs_scan(rs.db.get(), data.data() + base, static_cast<unsigned>(len),
+                                      0, s.scratch.get(), detail::on_match, &s);
+        s.report_from = saved_from;
+        if (rc != HS_SUCCESS)
+            return false;
+        for (std::size_t i = hits_before; i < s.hits.size(); ++i)
+            s.hits[i].end += base;
+        if (base + len == data.size())
+            break;
+        base += len - overlap;
+    }
+    if (s.hits.empty())
+        return true;
+
+    re2::StringPiece groups[2];
+    for (const auto& h : s.hits) {
+        const auto& c = rs.compiled[h.rule];
+        // Skip hits inside a match this rule already confirmed ending at or after them.
+        bool covered = false;
+        for (auto it = s.candidates.rbegin(); it != s.candidates.rend(); ++it) {
+            if (it->rule == h.rule && it->match_begin < h.end && h.end <= it->match_end) {
+                covered = true;
+                break;
+            }
+            if (it->match_end + rs.max_width < h.end)
+                break;
+        }
+        if (covered)
+            continue;
+        // RE2 sees the buffer up to the hit end (so \b and ^ before the window evaluate
+        // with real context) but starts no earlier than the rule's maximum width back.
+        const std::size_t start = h.end > c.width ? h.end - c.width : 0;
+        const re2::StringPiece text(data.data(), h.end);
+        const int n = c.groups >= 1 ? 2 : 1;
+        if (!c.confirm->Match(text, start, h.end, RE2::UNANCHORED, groups, n))
+            continue;
+        const auto mb = static_cast<std::size_t>(groups[0].data() - data.data());
+        const std::size_t me = mb + groups[0].size();
+        std::size_t sb = mb, se = me;
+        if (n == 2 && groups[1].data() != nullptr && !groups[1].empty()) {
+            sb = static_cast<std::size_t>(groups[1].data() - data.data());
+            se = sb + groups[1].size();
+        }
+        const rule& r = rs.rules[h.rule];
+        if (!r.validator.empty() && !validate(r.validator, data.substr(sb, se - sb)))
+            continue;
+        s.candidates.push_back(detail::candidate{h.rule, mb, me, sb, se});
+    }
+    if (s.candidates.empty())
+        return true;
+
+    // Dedupe overlapping matches of one rule: keep the earliest-starting, longest one.
+    std::sort(s.candidates.begin(), s.candidates.end(), [](const auto& a, const auto& b) {
+        if (a.rule != b.rule)
+            return a.rule < b.rule;
+        if (a.secret_begin != b.secret_begin)
+            return a.secret_begin < b.secret_begin;
+        return a.secret_end > b.secret_end;
+    });
+    const std::size_t first_out = out.size();
+    const detail::candidate* kept = nullptr;
+    for (const auto& c : s.candidates) {
+        if (kept != nullptr && kept->rule == c.rule && c.secret_begin < kept->secret_end)
+            continue;
+        kept = &c;
+        const rule& r = rs.rules[c.rule];
+        finding f;
+        f.rule_id = r.id;
+        f.category = r.category;
+        f.begin = c.secret_begin;
+        f.end = c.secret_end;
+        f.confidence = r.confidence;
+        f.fingerprint = fingerprint(data.substr(c.secret_begin, c.secret_end - c.secret_begin));
+        out.push_back(std::move(f));
+    }
+    std::sort(out.begin() + static_cast<std::ptrdiff_t>(first_out), out.end(),
+              [](const finding& a, const finding& b) {
+                  if (a.begin != b.begin)
+                      return a.begin < b.begin;
+                  if (a.end != b.end)
+                      return a.end < b.end;
+                  return a.rule_id < b.rule_id;
+              });
+    return true;
+} catch (...) {
+    // Only allocation can throw here; fail closed rather than cross the API with it.
+    return false;
+}
+
+stream_scanner::stream_scanner(scanner& s)
+    : scanner_(&s) {}
+
+void stream_scanner::reset() noexcept {
+    window_.clear();
+    tail_len_ = 0;
+    consumed_ = 0;
+}
+
+bool stream_scanner::feed(std::string_view piece, std::vector<finding>& out) try {
+    if (piece.empty())
+        return true;
+    const std::size_t keep = scanner_->rules().max_width();
+    // window_ = carried tail + piece. Matches ending inside the tail were reported by the
+    // previous feed, so only ends after tail_len_ count now.
+    window_.resize(tail_len_);
+    window_.append(piece);
+    scratch_.clear();
+    const bool ok = scanner_->scan(window_, tail_len_, scratch_);
+    const std::size_t window_base = consumed_ - tail_len_;
+    for (auto& f : scratch_) {
+        f.begin += window_base;
+        f.end += window_base;
+        out.push_back(std::move(f));
+    }
+    consumed_ += piece.size();
+    if (window_.size() > keep) {
+        window_.erase(0, window_.size() - keep);
+    }
+    tail_len_ = window_.size();
+    return ok;
+} catch (...) {
+    return false;
+}
+
+} // namespace sluice::detectors
