@@ -1,0 +1,50 @@
+// The proxy server: listeners for CONNECT and absolute-form HTTP, one io_context per
+// core, TLS interception, inspection, relay. Owns no configuration logic: it runs a
+// published `generation` (settings + derived TLS contexts) and can be handed a new one.
+// Thread safety: publish() and stop() may be called from any thread.
+#pragma once
+
+#include "sluice/config/settings.hpp"
+#include "sluice/proxy/audit_log.hpp"
+#include "sluice/proxy/certificate_authority.hpp"
+
+#include <cstdint>
+#include <expected>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sluice::proxy {
+
+struct shared_state;
+
+class server {
+public:
+    /// Binds every configured listener (fails with a message naming the address), loads
+    /// the upstream trust store, and prepares `threads` io_contexts (0 = one per core).
+    static std::expected<std::unique_ptr<server>, std::string>
+    create(std::shared_ptr<const config::settings> settings,
+           std::shared_ptr<certificate_authority> ca, std::unique_ptr<audit_log> audit,
+           unsigned threads = 0);
+
+    ~server();
+
+    /// Serves until stop(); returns after live flows drained (bounded by a deadline).
+    void run();
+    /// Stops accepting and drains live flows (at most `drain_ms` milliseconds).
+    void stop(unsigned drain_ms = 5000);
+    /// Publishes a new configuration generation: new flows use it, live flows keep theirs.
+    /// Listener addresses are not rebound. Returns an error if the trust store fails.
+    std::expected<void, std::string> publish(std::shared_ptr<const config::settings> settings);
+
+    /// The bound "address:port" of every listener (after port 0 was resolved).
+    std::vector<std::string> listening_addresses() const;
+
+    struct impl; ///< opaque; public only so server.cpp's free functions can name it
+
+private:
+    server() = default;
+    std::unique_ptr<impl> impl_;
+};
+
+} // namespace sluice::proxy

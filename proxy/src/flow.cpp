@@ -1,0 +1,806 @@
+#include "flow.hpp"
+
+#include "answers.hpp"
+
+#include "sluice/detectors/scanner.hpp"
+#include "sluice/dlp/inspector.hpp"
+#include "sluice/dlp/policy.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+#include <boost/url/parse.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <vector>
+
+namespace sluice::proxy {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = net::ssl;
+using tcp = net::ip::tcp;
+using namespace std::chrono_literals;
+constexpr auto as_tuple = net::as_tuple(net::use_awaitable);
+
+namespace {
+
+// Deadlines for every network wait (STYLE.md: every wait has a deadline).
+constexpr auto client_idle_timeout = 60s;
+constexpr auto tls_handshake_timeout = 15s;
+constexpr auto upstream_io_timeout = 120s;
+constexpr std::uint32_t header_limit = 64 * 1024;
+constexpr std::size_t relay_chunk = 16 * 1024;
+
+using ssl_stream = beast::ssl_stream<beast::tcp_stream>;
+
+// --- per-thread scanner --------------------------------------------------------------
+// Scratch is per thread (Hyperscan "Scratch Space"); a reload publishes a new ruleset
+// and the next flow on this thread rebuilds its scanner. A scan never spans a co_await.
+detectors::scanner& thread_scanner(const std::shared_ptr<const detectors::ruleset>& rules) {
+    thread_local std::shared_ptr<const detectors::ruleset> cached_rules;
+    thread_local std::optional<detectors::scanner> cached;
+    if (!cached || cached_rules != rules) {
+        cached.reset();
+        cached.emplace(rules);
+        cached_rules = rules;
+    }
+    return *cached;
+}
+
+// --- flow bookkeeping ------------------------------------------------------------------
+struct flow_context {
+    std::shared_ptr<shared_state> state;
+    std::shared_ptr<const generation> gen;
+    std::string flow;
+    std::string source;
+    std::string identity; // "" = unresolved
+    const dlp::policy* policy = nullptr;
+};
+
+std::string make_flow_id(shared_state& st) {
+    std::uint64_t n = st.next_flow.fetch_add(1, std::memory_order_relaxed);
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%08llx-%06llx",
+                  static_cast<unsigned long long>(st.flow_salt & 0xffffffffu),
+                  static_cast<unsigned long long>(n & 0xffffff));
+    return buf;
+}
+
+std::uint64_t elapsed_ms(std::chrono::steady_clock::time_point since) {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::chrono::steady_clock::now() - since)
+                                          .count());
+}
+
+// Writes one audit record; false means the record could not be written and the caller
+// must not let the exchange proceed (fail closed).
+bool audit(flow_context& fc, audit_record r) {
+    r.flow = fc.flow;
+    r.identity = fc.identity;
+    r.source = fc.source;
+    if (!fc.state->audit->append(r)) {
+        spdlog::error("flow {}: audit write failed; denying", fc.flow);
+        return false;
+    }
+    return true;
+}
+
+std::vector<audit_finding> to_audit(const std::vector<dlp::finding_record>& fs) {
+    std::vector<audit_finding> out;
+    out.reserve(fs.size());
+    for (const auto& f : fs)
+        out.push_back({f.rule, f.location, f.variant, f.offset, f.fingerprint});
+    return out;
+}
+
+std::vector<std::string> rule_ids(const std::vector<dlp::finding_record>& fs) {
+    std::vector<std::string> ids;
+    for (const auto& f : fs)
+        if (std::find(ids.begin(), ids.end(), f.rule) == ids.end())
+            ids.push_back(f.rule);
+    return ids;
+}
+
+// The URL as written to the audit: every secret range found in the target is replaced
+// by "[redacted]", and when the URL had a finding every query value is redacted too.
+std::string audit_url(std::string_view prefix, std::string_view target,
+                      const std::vector<dlp::finding_record>& fs) {
+    std::string t(target);
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    bool url_finding = false;
+    for (const auto& f : fs) {
+        if (f.location != "url")
+            continue;
+        url_finding = true;
+        if (f.length > 0 && f.offset < t.size())
+            ranges.emplace_back(f.offset, std::min(f.length, t.size() - f.offset));
+    }
+    std::sort(ranges.begin(), ranges.end(), std::greater<>());
+    std::size_t floor = t.size();
+    for (auto [off, len] : ranges) {
+        if (off + len > floor)
+            len = floor > off ? floor - off : 0;
+        t.replace(off, len, "[redacted]");
+        floor = off;
+    }
+    return audit_log::redact_query(std::string(prefix) + t, url_finding);
+}
+
+// Hop-by-hop fields (RFC 9110 section 7.6.1) plus sluice's own and proxy credentials:
+// none of them reaches an upstream.
+bool is_hop_by_hop(std::string_view name) {
+    static constexpr std::array<std::string_view, 10> names{
+        "connection", "proxy-connection",  "keep-alive", "proxy-authorization",
+        "te",         "trailer",           "upgrade",    "transfer-encoding",
+        "expect",     "proxy-authenticate"};
+    for (auto n : names)
+        if (beast::iequals(n, name))
+            return true;
+    return beast::iequals(name.substr(0, std::min<std::size_t>(name.size(), 9)), "x-sluice-");
+}
+
+template <class Stream>
+net::awaitable<void> send_answer(Stream& stream, answer res) {
+    beast::get_lowest_layer(stream).expires_after(client_idle_timeout);
+    co_await http::async_write(stream, res, as_tuple);
+}
+
+// Answers the client and writes the deny record. Returns false if the audit failed.
+template <class Stream>
+net::awaitable<bool> deny(Stream& stream, flow_context& fc, unsigned status,
+                          std::string_view reason, audit_record rec,
+                          const std::vector<dlp::finding_record>& findings, bool keep_alive) {
+    rec.decision = "deny";
+    rec.reason = std::string(reason);
+    rec.findings = to_audit(findings);
+    bool ok = audit(fc, std::move(rec));
+    if (!ok) {
+        status = 503;
+        reason = "audit_unavailable";
+        keep_alive = false;
+    }
+    co_await send_answer(stream, make_answer(status, reason, fc.flow, rule_ids(findings),
+                                             keep_alive));
+    co_return ok;
+}
+
+// --- destinations --------------------------------------------------------------------
+struct destination {
+    std::string host; // normalised
+    std::uint16_t port = 0;
+    std::vector<tcp::endpoint> endpoints; // resolved once and checked (no rebinding window)
+};
+
+enum class resolve_result { ok, failed, private_address };
+
+// Resolves the host once and checks every address against the SSRF guard; the flow
+// connects only to these checked endpoints.
+net::awaitable<resolve_result> resolve_destination(destination& d, const dlp::policy& policy) {
+    tcp::resolver resolver(co_await net::this_coro::executor);
+    auto [ec, results] = co_await resolver.async_resolve(d.host, std::to_string(d.port),
+                                                         as_tuple);
+    if (ec || results.empty())
+        co_return resolve_result::failed;
+    d.endpoints.clear();
+    for (const auto& r : results) {
+        auto ep = r.endpoint();
+        auto ip = dlp::ip_address::parse(ep.address().to_string());
+        if (!ip)
+            co_return resolve_result::failed;
+        if (dlp::is_private_destination(*ip)) {
+            bool excepted = std::any_of(policy.private_destinations.begin(),
+                                        policy.private_destinations.end(),
+                                        [&](const dlp::cidr& c) { return c.contains(*ip); });
+            if (!excepted)
+                co_return resolve_result::private_address;
+        }
+        d.endpoints.push_back(ep);
+    }
+    co_return resolve_result::ok;
+}
+
+// An upstream connection owned by one client flow, reused across keep-alive exchanges.
+template <class Stream>
+struct upstream {
+    std::optional<Stream> stream;
+    beast::flat_buffer buffer;
+    std::string key; // host:port the stream is connected to
+};
+
+enum class connect_result { ok, connect_failed, tls_failed };
+
+net::awaitable<connect_result> connect_upstream(upstream<beast::tcp_stream>& up,
+                                                const destination& d, flow_context& fc) {
+    up.stream.reset();
+    up.buffer.clear();
+    beast::tcp_stream s(co_await net::this_coro::executor);
+    s.expires_after(fc.gen->settings->connect_timeout);
+    auto [ec, ep] = co_await s.async_connect(d.endpoints, as_tuple);
+    if (ec)
+        co_return connect_result::connect_failed;
+    up.stream.emplace(std::move(s));
+    up.key = d.host + ":" + std::to_string(d.port);
+    co_return connect_result::ok;
+}
+
+net::awaitable<connect_result> connect_upstream(upstream<ssl_stream>& up, const destination& d,
+                                                flow_context& fc) {
+    up.stream.reset();
+    up.buffer.clear();
+    beast::tcp_stream s(co_await net::this_coro::executor);
+    s.expires_after(fc.gen->settings->connect_timeout);
+    auto [ec, ep] = co_await s.async_connect(d.endpoints, as_tuple);
+    if (ec)
+        co_return connect_result::connect_failed;
+    ssl_stream tls(std::move(s), *fc.gen->upstream_tls);
+    if (!prepare_upstream_ssl(tls.native_handle(), d.host))
+        co_return connect_result::tls_failed;
+    beast::get_lowest_layer(tls).expires_after(tls_handshake_timeout);
+    auto [hec] = co_await tls.async_handshake(ssl::stream_base::client, as_tuple);
+    if (hec) {
+        spdlog::info("flow {}: upstream TLS to {}:{} failed: {}", fc.flow, d.host, d.port,
+                     hec.message());
+        co_return connect_result::tls_failed;
+    }
+    up.stream.emplace(std::move(tls));
+    up.key = d.host + ":" + std::to_string(d.port);
+    co_return connect_result::ok;
+}
+
+// --- one HTTP exchange ---------------------------------------------------------------
+enum class exchange_end { keep_going, close };
+
+struct exchange_target {
+    std::string scheme; // http or https
+    destination* dest = nullptr;
+    std::string origin_form; // path?query as sent upstream
+    std::string host_header; // authority for the Host field
+};
+
+// Reads the body (answering Expect: 100-continue), inspects, forwards, relays the
+// response, audits. `hp` holds the already-read request head.
+template <class ClientStream, class UpstreamStream>
+net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buffer& cbuf,
+                                          http::request_parser<http::empty_body>& hp,
+                                          exchange_target& tgt,
+                                          upstream<UpstreamStream>& up, flow_context& fc) {
+    auto started = std::chrono::steady_clock::now();
+    const auto& policy = *fc.policy;
+    auto& head = hp.get();
+    const bool client_keep_alive = head.keep_alive();
+    const std::string method(head.method_string());
+    std::string url_prefix = tgt.scheme + "://" + tgt.host_header;
+
+    audit_record rec;
+    rec.method = method;
+    rec.url = audit_log::redact_query(url_prefix + tgt.origin_form, false);
+
+    if (!fc.state->audit->healthy()) {
+        co_await deny(client, fc, 503, "audit_unavailable", rec, {}, false);
+        co_return exchange_end::close;
+    }
+
+    // Policy per request: method and path rules apply inside the tunnel too.
+    std::string_view path = tgt.origin_form;
+    path = path.substr(0, path.find('?'));
+    const dlp::policy_rule* rule =
+        dlp::match_rule(policy, tgt.dest->host, tgt.dest->port, method, path, false);
+    if (rule == nullptr || rule->act == dlp::action::deny) {
+        bool ok = co_await deny(client, fc, 403, "policy_deny", rec, {}, client_keep_alive);
+        co_return ok && client_keep_alive && head.payload_size().value_or(1) == 0
+            ? exchange_end::keep_going
+            : exchange_end::close;
+    }
+    if (rule->act == dlp::action::supervise) {
+        // Approval holds are not built yet: fail closed with an explicit reason.
+        co_await deny(client, fc, 403, "approval_unavailable", rec, {}, false);
+        co_return exchange_end::close;
+    }
+
+    // Body: whole body up to the policy's limit, before anything is sent upstream.
+    if (beast::iequals(head[http::field::expect], "100-continue")) {
+        http::response<http::empty_body> cont{http::status::continue_, 11};
+        auto [ec, n] = co_await http::async_write(client, cont, as_tuple);
+        if (ec)
+            co_return exchange_end::close;
+    }
+    http::request_parser<http::string_body> bp{std::move(hp)};
+    bp.body_limit(policy.dlp.max_body);
+    beast::get_lowest_layer(client).expires_after(client_idle_timeout);
+    {
+        auto [ec, n] = co_await http::async_read(client, cbuf, bp, as_tuple);
+        if (ec == http::error::body_limit) {
+            co_await deny(client, fc, 413, "body_too_large", rec, {}, false);
+            co_return exchange_end::close;
+        }
+        if (ec) {
+            if (ec != http::error::end_of_stream && ec != net::error::eof) {
+                co_await deny(client, fc, 400, "bad_request", rec, {}, false);
+            }
+            co_return exchange_end::close;
+        }
+    }
+    auto& req = bp.get();
+
+    // Inspection.
+    std::vector<dlp::finding_record> findings;
+    if (rule->inspect) {
+        std::vector<dlp::header_view> headers;
+        for (const auto& f : req) {
+            if (f.name() == http::field::proxy_authorization)
+                continue; // proxy credentials are sluice's, stripped before upstream
+            headers.push_back({f.name_string(), f.value()});
+        }
+        dlp::request_view view{method, tgt.origin_form, tgt.dest->host, tgt.dest->port,
+                               headers};
+        dlp::inspector ins(policy, thread_scanner(fc.gen->settings->rules));
+        dlp::verdict v = ins.on_head(view);
+        if (v.kind == dlp::verdict_kind::forward) {
+            auto head_findings = std::move(v.findings);
+            v = ins.on_body(req.body());
+            v.findings.insert(v.findings.begin(), head_findings.begin(), head_findings.end());
+        }
+        findings = v.findings;
+        rec.url = audit_url(url_prefix, tgt.origin_form, findings);
+        if (v.kind != dlp::verdict_kind::forward) {
+            std::string reason = v.reason;
+            unsigned status = static_cast<unsigned>(v.status);
+            if (v.kind == dlp::verdict_kind::supervise) {
+                status = 403;
+                reason = "approval_unavailable";
+            }
+            bool ok = co_await deny(client, fc, status, reason, rec, findings,
+                                    client_keep_alive && status == 403);
+            co_return ok && client_keep_alive && status == 403 ? exchange_end::keep_going
+                                                                : exchange_end::close;
+        }
+    }
+    rec.inspected = rule->inspect;
+
+    // The request as it goes upstream: origin-form, Host from the target, no hop-by-hop.
+    http::request<http::string_body> out{req.method(), tgt.origin_form, 11};
+    if (req.method() == http::verb::unknown)
+        out.method_string(req.method_string());
+    for (const auto& f : req) {
+        if (is_hop_by_hop(f.name_string()) || f.name() == http::field::host)
+            continue;
+        out.insert(f.name_string(), f.value());
+    }
+    out.set(http::field::host, tgt.host_header);
+    out.body() = std::move(req.body());
+    out.keep_alive(true);
+    out.prepare_payload();
+    rec.bytes_up = out.body().size();
+
+    // Upstream: reuse the connection when it goes to the same place.
+    std::string key = tgt.dest->host + ":" + std::to_string(tgt.dest->port);
+    bool reused = up.stream && up.key == key;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        if (!up.stream || up.key != key) {
+            auto cr = co_await connect_upstream(up, *tgt.dest, fc);
+            if (cr != connect_result::ok) {
+                std::string_view reason =
+                    cr == connect_result::tls_failed ? "upstream_tls" : "upstream_connect";
+                rec.duration_ms = elapsed_ms(started);
+                bool ok = co_await deny(client, fc, 502, reason, rec, findings,
+                                        client_keep_alive);
+                co_return ok && client_keep_alive ? exchange_end::keep_going
+                                                  : exchange_end::close;
+            }
+            reused = false;
+        }
+        beast::get_lowest_layer(*up.stream).expires_after(upstream_io_timeout);
+        auto [wec, wn] = co_await http::async_write(*up.stream, out, as_tuple);
+        if (!wec)
+            break;
+        up.stream.reset();
+        if (!reused || attempt == 1) {
+            co_await deny(client, fc, 502, "upstream_connect", rec, findings, false);
+            co_return exchange_end::close;
+        }
+        // A reused keep-alive connection the origin had closed: one fresh attempt.
+    }
+
+    // Response: relay head and body as they arrive (1xx interim answers pass through).
+    std::optional<http::response_parser<http::buffer_body>> parser;
+    for (;;) {
+        auto& p = parser.emplace();
+        p.header_limit(header_limit);
+        p.body_limit(boost::none);
+        if (req.method() == http::verb::head)
+            p.skip(true);
+        beast::get_lowest_layer(*up.stream).expires_after(upstream_io_timeout);
+        auto [ec, n] = co_await http::async_read_header(*up.stream, up.buffer, p, as_tuple);
+        if (ec) {
+            up.stream.reset();
+            co_await deny(client, fc, 502, "upstream_connect", rec, findings, false);
+            co_return exchange_end::close;
+        }
+        auto status = p.get().result_int();
+        if (status >= 100 && status < 200 && status != 101) {
+            http::response<http::empty_body> interim{p.get().result(), 11};
+            for (const auto& f : p.get())
+                interim.insert(f.name_string(), f.value());
+            co_await http::async_write(client, interim, as_tuple);
+            continue;
+        }
+        break;
+    }
+
+    auto& rp = *parser;
+    auto& res = rp.get();
+    const bool upstream_keep_alive = res.keep_alive() && !res.need_eof();
+    bool client_close = !client_keep_alive || res.need_eof();
+    res.keep_alive(!client_close);
+    http::serializer<false, http::buffer_body> sr{res};
+    std::array<char, relay_chunk> chunk;
+    bool relay_ok = true;
+    if (rp.is_done() && (req.method() == http::verb::head || res.result_int() == 204 ||
+                         res.result_int() == 304)) {
+        beast::get_lowest_layer(client).expires_after(upstream_io_timeout);
+        auto [ec, n] = co_await http::async_write_header(client, sr, as_tuple);
+        relay_ok = !ec;
+    } else {
+        do {
+            if (!rp.is_done()) {
+                res.body().data = chunk.data();
+                res.body().size = chunk.size();
+                beast::get_lowest_layer(*up.stream).expires_after(upstream_io_timeout);
+                auto [ec, n] = co_await http::async_read(*up.stream, up.buffer, rp, as_tuple);
+                if (ec == http::error::need_buffer)
+                    ec = {};
+                if (ec) {
+                    relay_ok = false;
+                    break;
+                }
+                res.body().size = chunk.size() - res.body().size;
+                res.body().data = chunk.data();
+                res.body().more = !rp.is_done();
+                rec.bytes_down += res.body().size;
+            } else {
+                res.body().data = nullptr;
+                res.body().size = 0;
+            }
+            beast::get_lowest_layer(client).expires_after(upstream_io_timeout);
+            auto [wec, wn] = co_await http::async_write(client, sr, as_tuple);
+            if (wec == http::error::need_buffer)
+                wec = {};
+            if (wec) {
+                relay_ok = false;
+                break;
+            }
+        } while (!rp.is_done() && !sr.is_done());
+    }
+    if (!relay_ok || !upstream_keep_alive)
+        up.stream.reset();
+
+    rec.decision = "allow";
+    rec.reason = relay_ok ? "" : "relay_interrupted";
+    rec.findings = to_audit(findings);
+    rec.duration_ms = elapsed_ms(started);
+    if (!audit(fc, std::move(rec)))
+        co_return exchange_end::close;
+    co_return relay_ok && !client_close ? exchange_end::keep_going : exchange_end::close;
+}
+
+// Reads one request head from the client. Returns false on EOF/timeout/error (after
+// answering 400 where the client sent something malformed).
+template <class Stream>
+net::awaitable<bool> read_head(Stream& client, beast::flat_buffer& buf,
+                               http::request_parser<http::empty_body>& hp, flow_context& fc) {
+    hp.header_limit(header_limit);
+    beast::get_lowest_layer(client).expires_after(client_idle_timeout);
+    auto [ec, n] = co_await http::async_read_header(client, buf, hp, as_tuple);
+    if (!ec)
+        co_return true;
+    if (ec == http::error::end_of_stream || ec == net::error::eof ||
+        ec == beast::error::timeout || ec == net::error::operation_aborted ||
+        ec == net::error::connection_reset || ec == ssl::error::stream_truncated)
+        co_return false;
+    audit_record rec;
+    rec.method = "";
+    rec.url = "";
+    co_await deny(client, fc, 400, "bad_request", rec, {}, false);
+    co_return false;
+}
+
+// Splits an absolute-form http:// target into destination and origin-form.
+bool parse_absolute_target(std::string_view target, destination& d, exchange_target& t) {
+    auto u = boost::urls::parse_absolute_uri(target);
+    if (!u || u->scheme_id() != boost::urls::scheme::http || !u->has_authority())
+        return false;
+    d.host = dlp::normalize_host(u->encoded_host_address());
+    if (d.host.empty())
+        return false;
+    d.port = u->has_port() ? u->port_number() : 80;
+    if (d.port == 0)
+        return false;
+    t.scheme = "http";
+    t.origin_form = std::string(u->encoded_path());
+    if (t.origin_form.empty())
+        t.origin_form = "/";
+    if (u->has_query())
+        t.origin_form += "?" + std::string(u->encoded_query());
+    t.host_header = std::string(u->encoded_host_and_port());
+    return true;
+}
+
+// Inside the tunnel the target is origin-form (or absolute-form naming the same host).
+bool tunnel_origin_form(std::string_view target, const destination& d, exchange_target& t) {
+    if (!target.empty() && target.front() == '/') {
+        t.origin_form = std::string(target);
+        return true;
+    }
+    auto u = boost::urls::parse_absolute_uri(target);
+    if (!u || u->scheme_id() != boost::urls::scheme::https ||
+        dlp::normalize_host(u->encoded_host_address()) != d.host)
+        return false;
+    t.origin_form = std::string(u->encoded_path());
+    if (t.origin_form.empty())
+        t.origin_form = "/";
+    if (u->has_query())
+        t.origin_form += "?" + std::string(u->encoded_query());
+    return true;
+}
+
+std::string host_port(const destination& d, std::uint16_t default_port) {
+    bool v6 = d.host.find(':') != std::string::npos;
+    std::string h = v6 ? "[" + d.host + "]" : d.host;
+    return d.port == default_port ? h : h + ":" + std::to_string(d.port);
+}
+
+// An opaque tunnel (policy `inspect: false`): bytes both ways, audited as uninspected.
+net::awaitable<void> pump(beast::tcp_stream& from, beast::tcp_stream& to,
+                          std::uint64_t& counted) {
+    std::array<char, relay_chunk> buf;
+    for (;;) {
+        from.expires_after(client_idle_timeout * 5);
+        auto [ec, n] = co_await from.async_read_some(net::buffer(buf), as_tuple);
+        if (ec || n == 0)
+            break;
+        counted += n;
+        to.expires_after(upstream_io_timeout);
+        auto [wec, wn] = co_await net::async_write(to, net::buffer(buf.data(), n), as_tuple);
+        if (wec)
+            break;
+    }
+    boost::system::error_code ignored;
+    to.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+net::awaitable<void> opaque_tunnel(beast::tcp_stream& client, beast::flat_buffer& cbuf,
+                                   destination& d, flow_context& fc, audit_record rec) {
+    using namespace net::experimental::awaitable_operators;
+    auto started = std::chrono::steady_clock::now();
+    upstream<beast::tcp_stream> up;
+    if (co_await connect_upstream(up, d, fc) != connect_result::ok) {
+        co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
+        co_return;
+    }
+    http::response<http::empty_body> ok{http::status::ok, 11};
+    ok.set("X-Sluice-Flow", fc.flow);
+    ok.keep_alive(true);
+    http::response_serializer<http::empty_body> sr{ok};
+    sr.split(true);
+    auto [hec, hn] = co_await http::async_write_header(client, sr, as_tuple);
+    if (hec)
+        co_return;
+    if (cbuf.size() > 0) {
+        rec.bytes_up += cbuf.size();
+        co_await net::async_write(*up.stream, cbuf.data(), as_tuple);
+        cbuf.consume(cbuf.size());
+    }
+    co_await (pump(client, *up.stream, rec.bytes_up) &&
+              pump(*up.stream, client, rec.bytes_down));
+    rec.decision = "allow";
+    rec.reason = "uninspected";
+    rec.inspected = false;
+    rec.duration_ms = elapsed_ms(started);
+    audit(fc, std::move(rec));
+}
+
+// CONNECT host:port: policy on the destination, SSRF check, then 200 and TLS
+// interception with a leaf minted for the CONNECT host; inner requests run through
+// run_exchange one by one.
+net::awaitable<void> handle_connect(beast::tcp_stream& client, beast::flat_buffer& cbuf,
+                                    http::request_parser<http::empty_body>& hp,
+                                    flow_context& fc) {
+    auto started = std::chrono::steady_clock::now();
+    audit_record rec;
+    rec.method = "CONNECT";
+    rec.url = std::string(hp.get().target());
+
+    destination d;
+    auto auth = boost::urls::parse_authority(hp.get().target());
+    if (!auth || !auth->has_port() || auth->port_number() == 0 || auth->has_userinfo()) {
+        co_await deny(client, fc, 400, "bad_request", rec, {}, false);
+        co_return;
+    }
+    d.host = dlp::normalize_host(auth->encoded_host_address());
+    d.port = auth->port_number();
+    if (d.host.empty()) {
+        co_await deny(client, fc, 400, "bad_request", rec, {}, false);
+        co_return;
+    }
+    rec.url = host_port(d, 0);
+    const auto* rule = dlp::match_rule(*fc.policy, d.host, d.port, "", "", true);
+    if (rule == nullptr || rule->act == dlp::action::deny) {
+        co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
+        co_return;
+    }
+    switch (co_await resolve_destination(d, *fc.policy)) {
+    case resolve_result::failed:
+        co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
+        co_return;
+    case resolve_result::private_address:
+        co_await deny(client, fc, 403, "private_destination", rec, {}, false);
+        co_return;
+    case resolve_result::ok:
+        break;
+    }
+    if (!rule->inspect) {
+        co_await opaque_tunnel(client, cbuf, d, fc, std::move(rec));
+        co_return;
+    }
+
+    auto leaf = fc.state->ca->server_context(d.host);
+    if (!leaf) {
+        co_await deny(client, fc, 500, "internal", rec, {}, false);
+        co_return;
+    }
+    {
+        http::response<http::empty_body> ok{http::status::ok, 11};
+        ok.set("X-Sluice-Flow", fc.flow);
+        http::response_serializer<http::empty_body> sr{ok};
+        auto [ec, n] = co_await http::async_write_header(client, sr, as_tuple);
+        if (ec)
+            co_return;
+    }
+
+    ssl_stream tls(std::move(client), *leaf);
+    beast::get_lowest_layer(tls).expires_after(tls_handshake_timeout);
+    auto [hec, used] =
+        co_await tls.async_handshake(ssl::stream_base::server, cbuf.data(), as_tuple);
+    if (hec) {
+        spdlog::info("flow {}: client TLS handshake failed (source client): {}", fc.flow,
+                     hec.message());
+        co_return;
+    }
+    cbuf.consume(used);
+
+    upstream<ssl_stream> up;
+    exchange_target tgt;
+    tgt.scheme = "https";
+    tgt.dest = &d;
+    tgt.host_header = host_port(d, 443);
+    for (;;) {
+        http::request_parser<http::empty_body> inner;
+        if (!co_await read_head(tls, cbuf, inner, fc))
+            break;
+        if (!tunnel_origin_form(inner.get().target(), d, tgt) ||
+            inner.get().method() == http::verb::connect) {
+            audit_record bad;
+            bad.method = std::string(inner.get().method_string());
+            bad.url = "https://" + tgt.host_header;
+            co_await deny(tls, fc, 400, "bad_request", bad, {}, false);
+            break;
+        }
+        if (co_await run_exchange(tls, cbuf, inner, tgt, up, fc) != exchange_end::keep_going)
+            break;
+    }
+    (void)started;
+    beast::get_lowest_layer(tls).expires_after(2s);
+    co_await tls.async_shutdown(as_tuple);
+}
+
+} // namespace
+
+net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_state> state,
+                                  listener_context listener) {
+    struct active_guard {
+        std::atomic<std::int64_t>& n;
+        explicit active_guard(std::atomic<std::int64_t>& c) : n(c) { ++n; }
+        ~active_guard() { --n; }
+    } guard(state->active);
+
+    flow_context fc;
+    fc.state = state;
+    fc.gen = state->current.load();
+    fc.flow = make_flow_id(*state);
+    boost::system::error_code ec;
+    auto remote = socket.remote_endpoint(ec);
+    if (ec)
+        co_return;
+    fc.source = remote.address().is_v6() ? "[" + remote.address().to_string() + "]:" +
+                                               std::to_string(remote.port())
+                                         : remote.address().to_string() + ":" +
+                                               std::to_string(remote.port());
+
+    beast::tcp_stream client(std::move(socket));
+    beast::flat_buffer cbuf;
+    const auto& settings = *fc.gen->settings;
+
+    try {
+        // Who is calling: listener binding, then source address.
+        auto ip = dlp::ip_address::parse(remote.address().to_string());
+        std::optional<std::string> who;
+        if (ip)
+            who = dlp::resolve_identity(settings.identities, listener.identity, *ip);
+        if (who) {
+            fc.identity = *who;
+            fc.policy = dlp::policy_for(settings.policies, fc.identity);
+        }
+
+        upstream<beast::tcp_stream> plain_up;
+        for (;;) {
+            http::request_parser<http::empty_body> hp;
+            if (!co_await read_head(client, cbuf, hp, fc))
+                co_return;
+            audit_record rec;
+            rec.method = std::string(hp.get().method_string());
+            rec.url = audit_log::redact_query(hp.get().target(), true);
+            if (fc.identity.empty()) {
+                co_await deny(client, fc, 403, "identity_unresolved", rec, {}, false);
+                co_return;
+            }
+            if (fc.policy == nullptr) {
+                co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
+                co_return;
+            }
+            if (hp.get().method() == http::verb::connect) {
+                co_await handle_connect(client, cbuf, hp, fc);
+                co_return;
+            }
+            destination d;
+            exchange_target tgt;
+            if (!parse_absolute_target(hp.get().target(), d, tgt)) {
+                co_await deny(client, fc, 400, "bad_request", rec, {}, false);
+                co_return;
+            }
+            tgt.dest = &d;
+            // Policy on the destination first, so a denied host is never resolved.
+            if (dlp::match_rule(*fc.policy, d.host, d.port, "", "", true) == nullptr) {
+                rec.url = audit_log::redact_query("http://" + tgt.host_header +
+                                                      tgt.origin_form,
+                                                  true);
+                co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
+                co_return;
+            }
+            std::string key = d.host + ":" + std::to_string(d.port);
+            if (!plain_up.stream || plain_up.key != key) {
+                switch (co_await resolve_destination(d, *fc.policy)) {
+                case resolve_result::failed:
+                    co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
+                    co_return;
+                case resolve_result::private_address:
+                    co_await deny(client, fc, 403, "private_destination", rec, {}, false);
+                    co_return;
+                case resolve_result::ok:
+                    break;
+                }
+            }
+            if (co_await run_exchange(client, cbuf, hp, tgt, plain_up, fc) !=
+                exchange_end::keep_going)
+                break;
+        }
+        boost::system::error_code ignored;
+        client.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    } catch (const std::exception& e) {
+        spdlog::error("flow {}: internal error (source internal): {}", fc.flow, e.what());
+    }
+}
+
+} // namespace sluice::proxy

@@ -1,0 +1,47 @@
+// One client connection's walk: identity -> policy -> CONNECT / absolute-form ->
+// TLS interception -> inspection -> decision -> relay -> audit.
+#pragma once
+
+#include "sluice/config/settings.hpp"
+#include "sluice/proxy/audit_log.hpp"
+#include "sluice/proxy/certificate_authority.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace sluice::proxy {
+
+/// One configuration generation as the data path sees it: immutable once published.
+struct generation {
+    std::shared_ptr<const config::settings> settings;
+    std::shared_ptr<boost::asio::ssl::context> upstream_tls;
+};
+
+/// State shared by every flow of a server. `current` is swapped on reload.
+struct shared_state {
+    std::atomic<std::shared_ptr<const generation>> current;
+    std::shared_ptr<certificate_authority> ca;
+    std::unique_ptr<audit_log> audit;
+    std::atomic<std::uint64_t> next_flow{0};
+    std::atomic<std::int64_t> active{0};
+    std::uint64_t flow_salt = 0; ///< random per process, so flow ids differ across restarts
+};
+
+/// What a listener contributes to a flow.
+struct listener_context {
+    std::optional<std::string> identity;
+};
+
+/// Serves one accepted client connection to its end. Never throws: every error ends
+/// this connection only (and is logged once with the flow id).
+boost::asio::awaitable<void> serve_client(boost::asio::ip::tcp::socket socket,
+                                          std::shared_ptr<shared_state> state,
+                                          listener_context listener);
+
+} // namespace sluice::proxy

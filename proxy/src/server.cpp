@@ -1,0 +1,204 @@
+#include "sluice/proxy/server.hpp"
+
+#include "flow.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include <openssl/rand.h>
+
+#include <thread>
+
+namespace sluice::proxy {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+struct server::impl {
+    std::vector<std::unique_ptr<net::io_context>> contexts;
+    std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
+    std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+    std::vector<listener_context> listener_contexts;
+    std::shared_ptr<shared_state> state;
+    std::atomic<std::size_t> next_context{0};
+    std::atomic<bool> stopping{false};
+    std::mutex stop_mutex;
+};
+
+namespace {
+
+std::expected<std::shared_ptr<const generation>, std::string>
+make_generation(std::shared_ptr<const config::settings> settings) {
+    auto gen = std::make_shared<generation>();
+    try {
+        gen->upstream_tls = std::make_shared<net::ssl::context>(make_upstream_context(
+            settings->upstream_ca_file.value_or(std::filesystem::path{})));
+    } catch (const std::exception& e) {
+        std::string file = settings->upstream_ca_file ? settings->upstream_ca_file->string()
+                                                      : std::string("system trust store");
+        return std::unexpected("upstream trust store " + file + ": " + e.what());
+    }
+    gen->settings = std::move(settings);
+    return gen;
+}
+
+// Accepts on one listener and hands each connection to the next io_context in turn
+// (one io_context per core; a connection stays on its thread).
+void accept_loop(server::impl* self, std::size_t index) {
+    auto& acceptor = *self->acceptors[index];
+    auto& target = *self->contexts[self->next_context++ % self->contexts.size()];
+    acceptor.async_accept(target, [self, index](boost::system::error_code ec,
+                                                tcp::socket socket) {
+        if (self->stopping.load())
+            return;
+        if (!ec) {
+            boost::system::error_code ignored;
+            socket.set_option(tcp::no_delay(true), ignored);
+            auto exec = socket.get_executor();
+            net::co_spawn(exec,
+                          serve_client(std::move(socket), self->state,
+                                       self->listener_contexts[index]),
+                          [](std::exception_ptr e) {
+                              if (!e)
+                                  return;
+                              try {
+                                  std::rethrow_exception(e);
+                              } catch (const std::exception& ex) {
+                                  spdlog::error("connection ended by internal error: {}",
+                                                ex.what());
+                              }
+                          });
+        } else if (ec != net::error::operation_aborted) {
+            spdlog::warn("accept failed: {}", ec.message());
+        }
+        accept_loop(self, index);
+    });
+}
+
+// Waits until no connection is live or the deadline passes, then stops every context.
+net::awaitable<void> drain(server::impl* self, std::chrono::milliseconds deadline) {
+    auto end = std::chrono::steady_clock::now() + deadline;
+    net::steady_timer timer(co_await net::this_coro::executor);
+    while (self->state->active.load() > 0 && std::chrono::steady_clock::now() < end) {
+        timer.expires_after(std::chrono::milliseconds(20));
+        co_await timer.async_wait(net::as_tuple(net::use_awaitable));
+    }
+    if (self->state->active.load() > 0)
+        spdlog::info("drain deadline reached with {} live connections",
+                     self->state->active.load());
+    for (auto& c : self->contexts)
+        c->stop();
+}
+
+} // namespace
+
+std::expected<std::unique_ptr<server>, std::string>
+server::create(std::shared_ptr<const config::settings> settings,
+               std::shared_ptr<certificate_authority> ca, std::unique_ptr<audit_log> audit,
+               unsigned threads) {
+    auto s = std::unique_ptr<server>(new server());
+    s->impl_ = std::make_unique<impl>();
+    auto& m = *s->impl_;
+    if (threads == 0)
+        threads = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned i = 0; i < threads; ++i) {
+        m.contexts.push_back(std::make_unique<net::io_context>(1));
+        m.guards.push_back(net::make_work_guard(*m.contexts.back()));
+    }
+    auto gen = make_generation(settings);
+    if (!gen)
+        return std::unexpected(gen.error());
+    m.state = std::make_shared<shared_state>();
+    m.state->current.store(*gen);
+    m.state->ca = std::move(ca);
+    m.state->audit = std::move(audit);
+    RAND_bytes(reinterpret_cast<unsigned char*>(&m.state->flow_salt), sizeof m.state->flow_salt);
+
+    for (const auto& l : settings->listeners) {
+        boost::system::error_code ec;
+        std::string host = l.host == "localhost" ? "127.0.0.1" : l.host;
+        auto addr = net::ip::make_address(host, ec);
+        if (ec)
+            return std::unexpected("listener " + l.host + ":" + std::to_string(l.port) +
+                                   ": not an IP address");
+        tcp::endpoint ep(addr, l.port);
+        auto acc = std::make_unique<tcp::acceptor>(*m.contexts.front());
+        acc->open(ep.protocol(), ec);
+        if (!ec)
+            acc->set_option(tcp::acceptor::reuse_address(true), ec);
+        if (!ec)
+            acc->bind(ep, ec);
+        if (!ec)
+            acc->listen(net::socket_base::max_listen_connections, ec);
+        if (ec)
+            return std::unexpected("listener " + l.host + ":" + std::to_string(l.port) + ": " +
+                                   ec.message());
+        m.acceptors.push_back(std::move(acc));
+        m.listener_contexts.push_back(listener_context{l.identity});
+    }
+    return s;
+}
+
+server::~server() = default;
+
+std::vector<std::string> server::listening_addresses() const {
+    std::vector<std::string> out;
+    for (const auto& a : impl_->acceptors) {
+        boost::system::error_code ec;
+        auto ep = a->local_endpoint(ec);
+        if (ec)
+            continue;
+        out.push_back(ep.address().is_v6()
+                          ? "[" + ep.address().to_string() + "]:" + std::to_string(ep.port())
+                          : ep.address().to_string() + ":" + std::to_string(ep.port()));
+    }
+    return out;
+}
+
+void server::run() {
+    for (std::size_t i = 0; i < impl_->acceptors.size(); ++i)
+        accept_loop(impl_.get(), i);
+    std::vector<std::thread> threads;
+    for (std::size_t i = 1; i < impl_->contexts.size(); ++i)
+        threads.emplace_back([ctx = impl_->contexts[i].get()] { ctx->run(); });
+    impl_->contexts.front()->run();
+    for (auto& t : threads)
+        t.join();
+}
+
+void server::stop(unsigned drain_ms) {
+    std::lock_guard lock(impl_->stop_mutex);
+    if (impl_->stopping.exchange(true))
+        return;
+    auto* self = impl_.get();
+    net::post(*self->contexts.front(), [self, drain_ms] {
+        for (auto& a : self->acceptors) {
+            boost::system::error_code ignored;
+            a->close(ignored);
+        }
+        for (auto& g : self->guards)
+            g.reset();
+        // Live flows get `drain_ms` to finish; then every io_context stops.
+        net::co_spawn(*self->contexts.front(), drain(self, std::chrono::milliseconds(drain_ms)),
+                      net::detached);
+    });
+}
+
+std::expected<void, std::string>
+server::publish(std::shared_ptr<const config::settings> settings) {
+    auto gen = make_generation(std::move(settings));
+    if (!gen)
+        return std::unexpected(gen.error());
+    impl_->state->current.store(*gen);
+    return {};
+}
+
+} // namespace sluice::proxy

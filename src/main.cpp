@@ -1,0 +1,61 @@
+// sluice: an egress firewall for AI agents. Dispatches the subcommands of
+// CONTRACT.md "Command line"; each lives in its own cli_*.cpp.
+#include "cli.hpp"
+#include "cli_ca.hpp"
+#include "cli_run.hpp"
+
+#include <cstdio>
+#include <exception>
+#include <string_view>
+
+namespace {
+
+constexpr const char* usage = R"(usage: sluice <command> [options]
+
+commands:
+  run [--config FILE] [--data-dir DIR]   run the proxy (embedded default without --config)
+  check-config FILE                      validate a configuration; every problem as FILE:LINE:COL
+  scan [--format jsonl|text] [--stats] [PATH...|-]
+                                         scan files or stdin with the detector core
+  rules list | rules check [FILE]        list detectors / check every rule's examples
+  ca init [--dir DIR] | ca path          create the local CA / print its certificate path
+  version                                versions of sluice, Hyperscan, OpenSSL, Boost
+
+exit codes: 0 success, 1 found something, 2 usage or input error, 3 runtime failure
+)";
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::fputs(usage, stderr);
+        return 2;
+    }
+    std::string_view cmd = argv[1];
+    int sub_argc = argc - 1;
+    char** sub_argv = argv + 1;
+    try {
+        if (cmd == "run")
+            return sluice::cli::cmd_run(sub_argc, sub_argv);
+        if (cmd == "check-config")
+            return sluice::cli::cmd_check_config(sub_argc, sub_argv);
+        if (cmd == "scan")
+            return sluice::cli::cmd_scan(sub_argc, sub_argv);
+        if (cmd == "rules")
+            return sluice::cli::cmd_rules(sub_argc, sub_argv);
+        if (cmd == "ca")
+            return sluice::cli::cmd_ca(sub_argc, sub_argv);
+        if (cmd == "version" || cmd == "--version")
+            return sluice::cli::cmd_version(sub_argc, sub_argv);
+        if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+            std::fputs(usage, stdout);
+            return 0;
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "sluice: internal error: %s\n", e.what());
+        return 3;
+    }
+    std::fprintf(stderr, "sluice: unknown command '%.*s'\n%s", static_cast<int>(cmd.size()),
+                 cmd.data(), usage);
+    return 2;
+}
