@@ -43,6 +43,67 @@ RE2::Options confirm_options() {
     return o;
 }
 
+// RE2 caps counted repetition at 1000; Hyperscan does not. For confirmation, a bound
+// above that becomes open-ended ({m,n} -> {m,}): the window is already limited to the
+// width Hyperscan computed from the exact pattern, and Hyperscan has already proven a
+// match ends at the hit. Returns nullopt-like empty string if a minimum exceeds the cap.
+std::string re2_compatible(const std::string& pattern, bool& ok) {
+    ok = true;
+    std::string out;
+    out.reserve(pattern.size());
+    bool in_class = false;
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+        const char c = pattern[i];
+        if (c == '\\' && i + 1 < pattern.size()) {
+            out += c;
+            out += pattern[++i];
+            continue;
+        }
+        if (in_class) {
+            if (c == ']')
+                in_class = false;
+            out += c;
+            continue;
+        }
+        if (c == '[') {
+            in_class = true;
+            out += c;
+            // A ']' right after '[' or '[^' is a literal member of the class.
+            if (i + 1 < pattern.size() && pattern[i + 1] == '^')
+                out += pattern[++i];
+            if (i + 1 < pattern.size() && pattern[i + 1] == ']')
+                out += pattern[++i];
+            continue;
+        }
+        if (c == '{') {
+            const auto close = pattern.find('}', i);
+            if (close != std::string::npos) {
+                const std::string body = pattern.substr(i + 1, close - i - 1);
+                const auto comma = body.find(',');
+                auto all_digits = [](std::string_view d) {
+                    return !d.empty() &&
+                           d.find_first_not_of("0123456789") == std::string_view::npos;
+                };
+                const std::string lo = body.substr(0, comma);
+                const std::string hi = comma == std::string::npos ? "" : body.substr(comma + 1);
+                if (all_digits(lo) &&
+                    (comma == std::string::npos || hi.empty() || all_digits(hi))) {
+                    if (lo.size() > 4 || std::stoul(lo) > 1000)
+                        ok = false;
+                    if (comma != std::string::npos && !hi.empty() &&
+                        (hi.size() > 4 || std::stoul(hi) > 1000)) {
+                        out += "{" + lo + ",}";
+                        i = close;
+                        continue;
+                    }
+                }
+            }
+        }
+        out += c;
+    }
+    return out;
+}
+
 } // namespace
 
 ruleset::ruleset(std::unique_ptr<detail::ruleset_impl> impl)
@@ -87,7 +148,14 @@ ruleset::compile(std::vector<rule> rules) try {
         if (r.confidence < 0 || r.confidence > 1) {
             errors.push_back(str_cat("rule ", id, ": confidence must be within 0..1"));
         }
-        c.confirm = std::make_unique<RE2>("(?:" + r.pattern + ")\\z", confirm_options());
+        bool counts_ok = true;
+        const std::string for_re2 = re2_compatible(r.pattern, counts_ok);
+        if (!counts_ok) {
+            errors.push_back(
+                str_cat("rule ", id, ": a repetition minimum above 1000 is not supported"));
+            continue;
+        }
+        c.confirm = std::make_unique<RE2>("(?:" + for_re2 + ")\\z", confirm_options());
         if (!c.confirm->ok()) {
             errors.push_back(
                 str_cat("rule ", id, ": RE2 rejects the pattern: ", c.confirm->error()));

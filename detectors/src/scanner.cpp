@@ -34,6 +34,7 @@ struct scanner_impl {
     std::vector<hit> hits;
     std::vector<candidate> candidates;
     std::size_t report_from = 0;
+    std::size_t report_to = 0;
 };
 
 namespace {
@@ -75,10 +76,11 @@ const ruleset& scanner::rules() const noexcept {
 }
 
 bool scanner::scan(std::string_view data, std::vector<finding>& out) {
-    return scan(data, 0, out);
+    return scan(data, 0, data.size(), out);
 }
 
-bool scanner::scan(std::string_view data, std::size_t report_from, std::vector<finding>& out) try {
+bool scanner::scan(std::string_view data, std::size_t report_from, std::size_t report_to,
+                   std::vector<finding>& out) try {
     auto& s = *impl_;
     if (!s.scratch)
         return false;
@@ -88,6 +90,7 @@ bool scanner::scan(std::string_view data, std::size_t report_from, std::vector<f
     s.hits.clear();
     s.candidates.clear();
     s.report_from = report_from;
+    s.report_to = report_to;
 
     // Hyperscan takes an unsigned int length; larger inputs go in overlapping slices.
     constexpr std::size_t slice = std::size_t{1} << 30;
@@ -96,10 +99,13 @@ bool scanner::scan(std::string_view data, std::size_t report_from, std::vector<f
         const std::size_t len = std::min(slice, data.size() - base);
         const std::size_t hits_before = s.hits.size();
         const std::size_t saved_from = s.report_from;
+        const std::size_t saved_to = s.report_to;
         s.report_from = base == 0 ? saved_from : std::max(saved_from, base + overlap) - base;
+        s.report_to = saved_to < base ? 0 : saved_to - base;
         const hs_error_t rc = hs_scan(rs.db.get(), data.data() + base, static_cast<unsigned>(len),
                                       0, s.scratch.get(), detail::on_match, &s);
         s.report_from = saved_from;
+        s.report_to = saved_to;
         if (rc != HS_SUCCESS)
             return false;
         for (std::size_t i = hits_before; i < s.hits.size(); ++i)
@@ -114,25 +120,14 @@ bool scanner::scan(std::string_view data, std::size_t report_from, std::vector<f
     re2::StringPiece groups[2];
     for (const auto& h : s.hits) {
         const auto& c = rs.compiled[h.rule];
-        // Skip hits inside a match this rule already confirmed ending at or after them.
-        bool covered = false;
-        for (auto it = s.candidates.rbegin(); it != s.candidates.rend(); ++it) {
-            if (it->rule == h.rule && it->match_begin < h.end && h.end <= it->match_end) {
-                covered = true;
-                break;
-            }
-            if (it->match_end + rs.max_width < h.end)
-                break;
-        }
-        if (covered)
-            continue;
         // RE2 sees the buffer up to the hit end (so \b and ^ before the window evaluate
         // with real context) but starts no earlier than the rule's maximum width back.
         const std::size_t start = h.end > c.width ? h.end - c.width : 0;
         const re2::StringPiece text(data.data(), h.end);
         const int n = c.groups >= 1 ? 2 : 1;
-        if (!c.confirm->Match(text, start, h.end, RE2::UNANCHORED, groups, n))
+        if (!c.confirm->Match(text, start, h.end, RE2::UNANCHORED, groups, n)) {
             continue;
+        }
         const auto mb = static_cast<std::size_t>(groups[0].data() - data.data());
         const std::size_t me = mb + groups[0].size();
         std::size_t sb = mb, se = me;
@@ -140,36 +135,48 @@ bool scanner::scan(std::string_view data, std::size_t report_from, std::vector<f
             sb = static_cast<std::size_t>(groups[1].data() - data.data());
             se = sb + groups[1].size();
         }
-        const rule& r = rs.rules[h.rule];
-        if (!r.validator.empty() && !validate(r.validator, data.substr(sb, se - sb)))
-            continue;
         s.candidates.push_back(detail::candidate{h.rule, mb, me, sb, se});
     }
-    if (s.candidates.empty())
+    if (s.candidates.empty()) {
         return true;
+    }
 
-    // Dedupe overlapping matches of one rule: keep the earliest-starting, longest one.
+    // Overlapping matches of one rule are one finding: the earliest-starting, longest
+    // match (what a leftmost-longest regex search reports). Only that one is validated,
+    // so a placeholder such as "changeme" cannot pass as its prefix "changem".
     std::sort(s.candidates.begin(), s.candidates.end(), [](const auto& a, const auto& b) {
-        if (a.rule != b.rule)
+        if (a.rule != b.rule) {
             return a.rule < b.rule;
-        if (a.secret_begin != b.secret_begin)
-            return a.secret_begin < b.secret_begin;
-        return a.secret_end > b.secret_end;
+        }
+        if (a.match_begin != b.match_begin) {
+            return a.match_begin < b.match_begin;
+        }
+        return a.match_end > b.match_end;
     });
     const std::size_t first_out = out.size();
     const detail::candidate* kept = nullptr;
     for (const auto& c : s.candidates) {
-        if (kept != nullptr && kept->rule == c.rule && c.secret_begin < kept->secret_end)
+        if (kept != nullptr && kept->rule == c.rule && c.match_begin < kept->match_end) {
             continue;
+        }
         kept = &c;
+        // A match reaching past report_to may still grow with bytes not yet seen (stream
+        // feeds): the caller rescans it later.
+        if (c.match_end > report_to) {
+            continue;
+        }
         const rule& r = rs.rules[c.rule];
+        const std::string_view secret = data.substr(c.secret_begin, c.secret_end - c.secret_begin);
+        if (!r.validator.empty() && !validate(r.validator, secret)) {
+            continue;
+        }
         finding f;
         f.rule_id = r.id;
         f.category = r.category;
         f.begin = c.secret_begin;
         f.end = c.secret_end;
         f.confidence = r.confidence;
-        f.fingerprint = fingerprint(data.substr(c.secret_begin, c.secret_end - c.secret_begin));
+        f.fingerprint = fingerprint(secret);
         out.push_back(std::move(f));
     }
     std::sort(out.begin() + static_cast<std::ptrdiff_t>(first_out), out.end(),
@@ -193,32 +200,58 @@ void stream_scanner::reset() noexcept {
     window_.clear();
     tail_len_ = 0;
     consumed_ = 0;
+    recent_.clear();
 }
 
 bool stream_scanner::feed(std::string_view piece, std::vector<finding>& out) try {
     if (piece.empty())
         return true;
     const std::size_t keep = scanner_->rules().max_width();
-    // window_ = carried tail + piece. Matches ending inside the tail were reported by the
-    // previous feed, so only ends after tail_len_ count now.
+    // window_ = carried tail + piece. Matches ending before the tail's end were reported by
+    // the previous feed; one ending exactly there was held back and is decided now.
     window_.resize(tail_len_);
     window_.append(piece);
-    scratch_.clear();
-    const bool ok = scanner_->scan(window_, tail_len_, scratch_);
-    const std::size_t window_base = consumed_ - tail_len_;
-    for (auto& f : scratch_) {
-        f.begin += window_base;
-        f.end += window_base;
-        out.push_back(std::move(f));
-    }
+    const bool ok = scan_window(tail_len_ > 0 ? tail_len_ - 1 : 0, window_.size() - 1, out);
     consumed_ += piece.size();
-    if (window_.size() > keep) {
+    if (window_.size() > keep)
         window_.erase(0, window_.size() - keep);
-    }
     tail_len_ = window_.size();
     return ok;
 } catch (...) {
     return false;
+}
+
+bool stream_scanner::finish(std::vector<finding>& out) try {
+    if (tail_len_ == 0)
+        return true;
+    return scan_window(tail_len_ - 1, tail_len_, out);
+} catch (...) {
+    return false;
+}
+
+bool stream_scanner::scan_window(std::size_t from, std::size_t to, std::vector<finding>& out) {
+    scratch_.clear();
+    const bool ok = scanner_->scan(window_, from, to, scratch_);
+    // Offsets in window_ are relative to the carried tail's first byte in the stream.
+    const std::size_t window_base = consumed_ - tail_len_;
+    // Forget reported findings that no longer reach into the window: nothing new can
+    // overlap them.
+    std::erase_if(recent_, [&](const recent& r) { return r.end <= window_base; });
+    for (auto& f : scratch_) {
+        f.begin += window_base;
+        f.end += window_base;
+        // A match that kept growing after it was reported (a rule without a closing
+        // delimiter, e.g. a word list) comes back longer; it is the same secret.
+        const bool repeat = std::any_of(recent_.begin(), recent_.end(), [&](const recent& r) {
+            return r.rule_id == f.rule_id && f.begin < r.end && r.begin < f.end;
+        });
+        if (repeat) {
+            continue;
+        }
+        recent_.push_back(recent{f.rule_id, f.begin, f.end});
+        out.push_back(std::move(f));
+    }
+    return ok;
 }
 
 } // namespace sluice::detectors

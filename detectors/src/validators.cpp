@@ -99,15 +99,14 @@ bool github_checksum_ok(std::string_view token) noexcept {
 }
 
 bool pem_body_ok(std::string_view block) noexcept {
-    // Find the end of the BEGIN line's closing dashes.
-    const auto begin = block.find("-----BEGIN");
-    if (begin == std::string_view::npos)
-        return false;
-    const auto close = block.find("-----", begin + 10);
-    if (close == std::string_view::npos)
-        return false;
-    const std::string_view label = block.substr(begin + 10, close - begin - 10);
-    std::string_view body = block.substr(close + 5);
+    // Accepts a whole block ("-----BEGIN ...") or just the body that follows the BEGIN line.
+    std::string_view body = block;
+    if (const auto begin = block.find("-----BEGIN"); begin != std::string_view::npos) {
+        const auto close = block.find("-----", begin + 10);
+        if (close == std::string_view::npos)
+            return false;
+        body = block.substr(close + 5);
+    }
     // Legacy OpenSSL encryption: the body is ciphertext after RFC 1421 headers; the
     // headers themselves are the evidence.
     if (body.find("Proc-Type:") != std::string_view::npos) {
@@ -118,17 +117,17 @@ bool pem_body_ok(std::string_view block) noexcept {
     if (const auto colon = body.rfind(": "); colon != std::string_view::npos) {
         std::size_t i = colon;
         while (i < body.size() && body[i] != '\n' &&
-               !(body[i] == '\\' && i + 1 < body.size() && body[i + 1] == 'n'))
+               !(body[i] == '\\' && i + 1 < body.size() && body[i + 1] == 'n')) {
             ++i;
+        }
         body = body.substr(i);
     }
     unsigned char der[24];
     const std::size_t n = b64_decode_prefix(body, der, sizeof der);
-    if (label.find("PGP") != std::string_view::npos) {
-        // RFC 4880 4.2: packet tag 5 (secret key), old format 0x94..0x97 or new 0xC5.
-        return n >= 1 && ((der[0] & 0xfc) == 0x94 || der[0] == 0xc5);
-    }
     if (n >= 15 && std::memcmp(der, "openssh-key-v1", 15) == 0)
+        return true;
+    // RFC 4880 4.2: packet tag 5 (secret key), old format 0x94..0x97 or new format 0xC5.
+    if (n >= 4 && ((der[0] & 0xfc) == 0x94 || der[0] == 0xc5))
         return true;
     // DER: SEQUENCE tag then a definite length (short form or 1..3 length bytes).
     if (n < 4 || der[0] != 0x30)

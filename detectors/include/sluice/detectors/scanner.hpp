@@ -29,9 +29,10 @@ public:
     /// reported an internal error (callers fail closed on false).
     bool scan(std::string_view data, std::vector<finding>& out);
 
-    /// Same, but only for matches whose end lies after byte `report_from` of `data`; the
-    /// bytes before it are context only (used by stream_scanner for its carried tail).
-    bool scan(std::string_view data, std::size_t report_from, std::vector<finding>& out);
+    /// Same, but only for matches whose end offset e satisfies report_from < e <= report_to;
+    /// the other bytes are context only (used by stream_scanner for its carried tail).
+    bool scan(std::string_view data, std::size_t report_from, std::size_t report_to,
+              std::vector<finding>& out);
 
     const ruleset& rules() const noexcept;
 
