@@ -25,6 +25,13 @@ namespace sluice::proxy {
 std::expected<void, std::string> create_ca(const std::filesystem::path& cert,
                                            const std::filesystem::path& key);
 
+/// Makes sure a CA exists at `cert`/`key`: creates one (as `create_ca`) when both are
+/// missing, does nothing when both exist, and fails when only one of them exists (a lone
+/// certificate or key is never silently replaced). Returns `cert`. Used by `sluice run` on
+/// first start and by `sluice ca init`. Never throws.
+std::expected<std::filesystem::path, std::string> ensure_ca(const std::filesystem::path& cert,
+                                                            const std::filesystem::path& key);
+
 /// A loaded CA that mints and caches leaf certificates per host.
 /// Thread safety: all member functions may be called from any thread (internal mutex).
 class certificate_authority {
@@ -41,6 +48,12 @@ public:
     /// iPAddress SAN, anything else a dNSName SAN), valid from 1 hour ago for 30 days,
     /// signed by this CA, chain = leaf + CA. ALPN offers only http/1.1. Cached per host
     /// (LRU, `cache_capacity` entries). nullptr on failure.
+    /// `host` may carry IPv6 brackets ("[::1]"); it is normalised (lower case, brackets
+    /// and a trailing dot removed) and the cache is keyed on the normalised form. Hosts
+    /// with bytes outside printable ASCII, or longer than 253 bytes, are refused.
+    /// All leaves of one `certificate_authority` share one ECDSA P-256 key generated at
+    /// load time (minting is then one signature, well under a millisecond); the key
+    /// never leaves memory except through `mint_leaf_pem`.
     std::shared_ptr<boost::asio::ssl::context> server_context(std::string_view host);
 
     /// Mints a fresh leaf (uncached) as PEM: certificate then private key. For tests/tools.
