@@ -190,15 +190,25 @@ bool is_private_destination(const ip_address& a) noexcept {
 }
 
 std::string normalize_host(std::string_view host) {
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-        host = host.substr(1, host.size() - 2);
-    }
     std::string out(host);
     std::transform(out.begin(), out.end(), out.begin(), ascii_lower);
-    if (!out.empty() && out.back() == '.') {
+    // One trailing dot is the absolute form of the same name. "a.." is not a name at all;
+    // leaving it alone keeps normalisation idempotent (and it will match no pattern).
+    if (!out.empty() && out.back() == '.' && (out.size() == 1 || out[out.size() - 2] != '.')) {
         out.pop_back();
     }
     if (out.empty() || out.size() > 253) {
+        return out;
+    }
+    if (out.front() == '[' && out.back() == ']') {
+        // Brackets belong to IPv6 literals only (RFC 3986 section 3.2.2); anything else in
+        // brackets is not a host and is left as is, to match nothing.
+        const auto inner = std::string_view(out).substr(1, out.size() - 2);
+        if (inner.find(':') != std::string_view::npos) {
+            if (auto a = ip_address::parse(inner)) {
+                return a->to_string();
+            }
+        }
         return out;
     }
     if (out.find(':') != std::string::npos) {

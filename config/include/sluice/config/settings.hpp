@@ -20,7 +20,9 @@
 
 namespace sluice::config {
 
-/// One problem, printed as "FILE:LINE:COL: message" (line and column 1-based).
+/// One problem, printed as "FILE:LINE:COL: message" (line and column 1-based). A problem
+/// that has no position (unreadable file, rule compile error) has line 0 and prints as
+/// "FILE: message". Messages never contain secret values (ignore values, tokens).
 struct diagnostic {
     std::string file;
     int line = 0;
@@ -30,10 +32,40 @@ struct diagnostic {
 };
 using diagnostics = std::vector<diagnostic>;
 
+/// `listeners[].tls`: serve the proxy itself over TLS, optionally requiring client
+/// certificates signed by `client_ca` (mTLS identities, issue 5). Paths are absolute.
+struct listener_tls_settings {
+    std::filesystem::path cert;
+    std::filesystem::path key;
+    std::optional<std::filesystem::path> client_ca;
+};
+
 struct listener_settings {
-    std::string host = "127.0.0.1"; ///< IP literal or "localhost"
+    std::string host = "127.0.0.1"; ///< IP literal (IPv6 without brackets) or "localhost"
     std::uint16_t port = 3128;      ///< 0 = ephemeral (tests)
     std::optional<std::string> identity;
+    std::optional<listener_tls_settings> tls;
+};
+
+/// Where a secret comes from (`protected_values[]`, `credentials[].source`). Only the
+/// reference is stored; the value is read by whoever needs it, never by config.
+struct secret_source {
+    enum class kind { env, file };
+    kind from = kind::env;
+    std::string ref; ///< environment variable name, or absolute file path
+};
+
+/// `credentials[]`: a brokered secret injected by the proxy (later issue).
+struct credential_settings {
+    std::string name;
+    std::string placeholder; ///< what the agent sends instead of the secret
+    secret_source source;
+    std::vector<std::string> hosts; ///< normalised host patterns, as policy rules
+    std::vector<std::uint16_t> ports;
+    std::string header_name;             ///< set when injected into a header
+    std::string header_value_template;   ///< contains "{secret}"
+    std::string query_name;              ///< set when injected into a query parameter
+    std::vector<std::string> identities; ///< empty = every identity
 };
 
 struct settings {
@@ -47,8 +79,13 @@ struct settings {
     std::vector<dlp::policy> policies;
     std::filesystem::path audit_path;
     bool audit_fsync_always = true;
-    std::string admin_address = "127.0.0.1:9901";
+    std::chrono::milliseconds audit_fsync_interval{0}; ///< when not always (`fsync: 1s`)
+    std::string admin_address = "127.0.0.1:9901";      ///< "host:port" as written
+    std::filesystem::path admin_token_file;            ///< absolute; default data_dir/admin.token
     std::string metrics_address = "127.0.0.1:9902";
+    std::chrono::milliseconds supervise_timeout{120'000};
+    std::vector<secret_source> protected_values;
+    std::vector<credential_settings> credentials;
     std::string log_level = "info";
     std::string log_format = "text";
     std::shared_ptr<const detectors::ruleset> rules; ///< compiled built-in rules
@@ -58,7 +95,12 @@ struct load_options {
     std::optional<std::filesystem::path> data_dir_override; ///< `--data-dir`
 };
 
-/// Parses, validates and builds (compiles the rules). Every problem is returned.
+/// Parses, validates and builds (compiles the rules). Every problem is returned, sorted by
+/// position. Relative paths in the file resolve under data_dir; a relative `data_dir`
+/// resolves against the config file's directory (load_file) or the current directory
+/// (load_string). `${VAR}` in any scalar value expands from the environment (`$${` is a
+/// literal `${`). The compiled built-in ruleset is built once per process and shared.
+/// Never throws (except std::bad_alloc).
 std::expected<settings, diagnostics> load_file(const std::filesystem::path& file,
                                                const load_options& opts = {});
 /// Same, from text; `name` is used as FILE in diagnostics.
@@ -67,12 +109,14 @@ std::expected<settings, diagnostics> load_string(std::string_view yaml, std::str
 
 /// The embedded default configuration (CONTRACT.md "Embedded default") as YAML text.
 std::string_view embedded_default_yaml();
-/// $XDG_DATA_HOME/sluice, or ~/.local/share/sluice.
+/// $XDG_DATA_HOME/sluice (if set and absolute), or ~/.local/share/sluice.
 std::filesystem::path default_data_dir();
 
-/// Parses a size such as "64KiB", "16MiB", "1GiB", "512" (bytes). nullopt if invalid.
+/// Parses a size such as "64KiB", "16MiB", "1GiB", "512" (bytes); units B, KiB, MiB, GiB,
+/// TiB (powers of 1024) and KB, MB, GB (powers of 1000). nullopt if invalid or overflowing.
 std::optional<std::size_t> parse_size(std::string_view text);
-/// Parses a duration such as "500ms", "30s", "5m", "1h". nullopt if invalid.
+/// Parses a duration such as "500ms", "30s", "5m", "1h" (a non-negative integer and a unit;
+/// "0" alone is accepted). nullopt if invalid or overflowing.
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
 
 } // namespace sluice::config
