@@ -107,8 +107,8 @@ int cmd_ca(int argc, char** argv) {
     if (sub == "path") {
         if (!fs::exists(paths.cert, ec)) {
             std::cerr << "sluice ca: no CA certificate at " << paths.cert.string()
-                      << "; create one with `sluice ca init`"
-                      << (dir ? " --dir " + dir->string() : std::string()) << "\n";
+                      << "; create one with `sluice ca init"
+                      << (dir ? " --dir " + dir->string() : std::string()) << "`\n";
             return 3;
         }
         std::cout << paths.cert.string() << "\n";
