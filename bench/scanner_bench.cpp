@@ -1,0 +1,108 @@
+// Detector throughput on a realistic corpus, single thread.
+//
+// Corpus: the file named by SLUICE_BENCH_CORPUS, or by default /tmp/sluice-corpus/corpus.bin,
+// generated with
+//     /work/shared/tools/make-corpus --out /tmp/sluice-corpus --size-mb 64 --seed 1
+// (../shared/tools/make-corpus from the repository root). Without a corpus the benchmarks
+// skip with a message.
+//
+//   scanner_full    the whole engine with the built-in rules: Hyperscan block scan, RE2
+//                   confirmation of each hit, validators, fingerprints (what the proxy runs)
+//   hs_scan_bare    hs_scan of the same Hyperscan database with a no-op callback: the
+//                   ceiling the engine is measured against (issue 3 wants >= 90% of it)
+//
+// Counters: bytes_per_second (Google Benchmark), compile_ms of the ruleset, findings.
+#include "../detectors/src/detail/ruleset_impl.hpp"
+#include "sluice/config/rules_loader.hpp"
+#include "sluice/detectors/ruleset.hpp"
+#include "sluice/detectors/scanner.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace {
+
+const std::string& corpus() {
+    static const std::string data = [] {
+        const char* env = std::getenv("SLUICE_BENCH_CORPUS");
+        const std::string path = env != nullptr ? env : "/tmp/sluice-corpus/corpus.bin";
+        std::ifstream in(path, std::ios::binary);
+        return in ? std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>())
+                  : std::string();
+    }();
+    return data;
+}
+
+std::shared_ptr<const sluice::detectors::ruleset> builtin() {
+    static const auto rs = []() -> std::shared_ptr<const sluice::detectors::ruleset> {
+        auto rules = sluice::config::builtin_rules();
+        if (!rules) return nullptr;
+        auto compiled = sluice::detectors::ruleset::compile(std::move(*rules));
+        return compiled ? *compiled : nullptr;
+    }();
+    return rs;
+}
+
+bool ready(benchmark::State& state) {
+    if (corpus().empty()) {
+        state.SkipWithError("no corpus: set SLUICE_BENCH_CORPUS or run /work/shared/tools/make-corpus "
+                            "--out /tmp/sluice-corpus --size-mb 64 --seed 1");
+        return false;
+    }
+    if (!builtin()) {
+        state.SkipWithError("built-in rules failed to load or compile");
+        return false;
+    }
+    return true;
+}
+
+void scanner_full(benchmark::State& state) {
+    if (!ready(state)) return;
+    sluice::detectors::scanner s(builtin());
+    std::vector<sluice::detectors::finding> out;
+    const std::string& data = corpus();
+    for (auto _ : state) {
+        out.clear();
+        if (!s.scan(data, out)) state.SkipWithError("scan failed");
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                            static_cast<std::int64_t>(data.size()));
+    state.counters["findings"] = static_cast<double>(out.size());
+    state.counters["compile_ms"] = builtin()->compile_ms();
+    state.counters["rules"] = static_cast<double>(builtin()->rules().size());
+}
+
+int count_match(unsigned, unsigned long long, unsigned long long, unsigned, void* ctx) {
+    ++*static_cast<std::size_t*>(ctx);
+    return 0;
+}
+
+void hs_scan_bare(benchmark::State& state) {
+    if (!ready(state)) return;
+    const auto& impl = builtin()->impl();
+    hs_scratch_t* scratch = nullptr;
+    hs_clone_scratch(impl.prototype.get(), &scratch);
+    const std::string& data = corpus();
+    std::size_t hits = 0;
+    for (auto _ : state) {
+        hits = 0;
+        hs_scan(impl.db.get(), data.data(), static_cast<unsigned>(data.size()), 0, scratch, count_match, &hits);
+        benchmark::DoNotOptimize(hits);
+    }
+    hs_free_scratch(scratch);
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                            static_cast<std::int64_t>(data.size()));
+    state.counters["raw_hits"] = static_cast<double>(hits);
+}
+
+BENCHMARK(scanner_full)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(hs_scan_bare)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+} // namespace
+
+BENCHMARK_MAIN();
