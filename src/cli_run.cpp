@@ -71,8 +71,8 @@ void setup_logging(const config::settings& s) {
     spdlog::set_default_logger(logger);
     spdlog::set_level(spdlog::level::from_str(s.log_level));
     if (s.log_format == "json")
-        spdlog::set_pattern(
-            R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","msg":"%v"})", spdlog::pattern_time_type::utc);
+        spdlog::set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","msg":"%v"})",
+                            spdlog::pattern_time_type::utc);
     else
         spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
 }
@@ -85,8 +85,8 @@ void print_banner(const std::vector<std::string>& addresses, const std::filesyst
         std::printf("also listening on http://%s\n", addresses[i].c_str());
     std::printf("CA certificate: %s\n\n", c.c_str());
     std::printf("Point your agent at sluice (paste into its shell):\n");
-    std::printf("export HTTPS_PROXY=%s HTTP_PROXY=%s https_proxy=%s http_proxy=%s\n",
-                proxy.c_str(), proxy.c_str(), proxy.c_str(), proxy.c_str());
+    std::printf("export HTTPS_PROXY=%s HTTP_PROXY=%s https_proxy=%s http_proxy=%s\n", proxy.c_str(),
+                proxy.c_str(), proxy.c_str(), proxy.c_str());
     std::printf("export SSL_CERT_FILE=%s CURL_CA_BUNDLE=%s REQUESTS_CA_BUNDLE=%s\n", c.c_str(),
                 c.c_str(), c.c_str());
     std::printf("export NODE_EXTRA_CA_CERTS=%s GIT_SSL_CAINFO=%s\n\n", c.c_str(), c.c_str());
@@ -191,9 +191,8 @@ int cmd_check_config(int argc, char** argv) {
             return 2;
         }
     }
-    std::cout << argv[1] << ": ok (" << s.rules->rules().size() << " rules, "
-              << s.listeners.size() << " listener(s), " << s.policies.size()
-              << " policies)\n";
+    std::cout << argv[1] << ": ok (" << s.rules->rules().size() << " rules, " << s.listeners.size()
+              << " listener(s), " << s.policies.size() << " policies)\n";
     return 0;
 }
 

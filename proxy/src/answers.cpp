@@ -33,8 +33,7 @@ std::string_view error_kind(unsigned status) noexcept {
 }
 
 answer make_answer(unsigned status, std::string_view reason, std::string_view flow,
-                   const std::vector<std::string>& rules, bool keep_alive,
-                   unsigned http_version) {
+                   const std::vector<std::string>& rules, bool keep_alive, unsigned http_version) {
     answer res{static_cast<http::status>(status), http_version};
     res.set(http::field::server, "sluice");
     res.set("X-Sluice-Flow", flow);

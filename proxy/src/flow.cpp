@@ -143,9 +143,8 @@ std::string audit_url(std::string_view prefix, std::string_view target,
 // none of them reaches an upstream.
 bool is_hop_by_hop(std::string_view name) {
     static constexpr std::array<std::string_view, 10> names{
-        "connection", "proxy-connection",  "keep-alive", "proxy-authorization",
-        "te",         "trailer",           "upgrade",    "transfer-encoding",
-        "expect",     "proxy-authenticate"};
+        "connection", "proxy-connection",  "keep-alive", "proxy-authorization", "te", "trailer",
+        "upgrade",    "transfer-encoding", "expect",     "proxy-authenticate"};
     for (auto n : names)
         if (beast::iequals(n, name))
             return true;
@@ -172,8 +171,8 @@ net::awaitable<bool> deny(Stream& stream, flow_context& fc, unsigned status,
         reason = "audit_unavailable";
         keep_alive = false;
     }
-    co_await send_answer(stream, make_answer(status, reason, fc.flow, rule_ids(findings),
-                                             keep_alive));
+    co_await send_answer(stream,
+                         make_answer(status, reason, fc.flow, rule_ids(findings), keep_alive));
     co_return ok;
 }
 
@@ -190,8 +189,7 @@ enum class resolve_result { ok, failed, private_address };
 // connects only to these checked endpoints.
 net::awaitable<resolve_result> resolve_destination(destination& d, const dlp::policy& policy) {
     tcp::resolver resolver(co_await net::this_coro::executor);
-    auto [ec, results] = co_await resolver.async_resolve(d.host, std::to_string(d.port),
-                                                         as_tuple);
+    auto [ec, results] = co_await resolver.async_resolve(d.host, std::to_string(d.port), as_tuple);
     if (ec || results.empty())
         co_return resolve_result::failed;
     d.endpoints.clear();
@@ -201,9 +199,9 @@ net::awaitable<resolve_result> resolve_destination(destination& d, const dlp::po
         if (!ip)
             co_return resolve_result::failed;
         if (dlp::is_private_destination(*ip)) {
-            bool excepted = std::any_of(policy.private_destinations.begin(),
-                                        policy.private_destinations.end(),
-                                        [&](const dlp::cidr& c) { return c.contains(*ip); });
+            bool excepted =
+                std::any_of(policy.private_destinations.begin(), policy.private_destinations.end(),
+                            [&](const dlp::cidr& c) { return c.contains(*ip); });
             if (!excepted)
                 co_return resolve_result::private_address;
         }
@@ -231,6 +229,8 @@ net::awaitable<connect_result> connect_upstream(upstream<beast::tcp_stream>& up,
     auto [ec, ep] = co_await s.async_connect(d.endpoints, as_tuple);
     if (ec)
         co_return connect_result::connect_failed;
+    boost::system::error_code ignored;
+    s.socket().set_option(tcp::no_delay(true), ignored);
     up.stream.emplace(std::move(s));
     up.key = d.host + ":" + std::to_string(d.port);
     co_return connect_result::ok;
@@ -245,6 +245,8 @@ net::awaitable<connect_result> connect_upstream(upstream<ssl_stream>& up, const 
     auto [ec, ep] = co_await s.async_connect(d.endpoints, as_tuple);
     if (ec)
         co_return connect_result::connect_failed;
+    boost::system::error_code ignored;
+    s.socket().set_option(tcp::no_delay(true), ignored);
     ssl_stream tls(std::move(s), *fc.gen->upstream_tls);
     if (!prepare_upstream_ssl(tls.native_handle(), d.host))
         co_return connect_result::tls_failed;
@@ -275,8 +277,8 @@ struct exchange_target {
 template <class ClientStream, class UpstreamStream>
 net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buffer& cbuf,
                                           http::request_parser<http::empty_body>& hp,
-                                          exchange_target& tgt,
-                                          upstream<UpstreamStream>& up, flow_context& fc) {
+                                          exchange_target& tgt, upstream<UpstreamStream>& up,
+                                          flow_context& fc) {
     auto started = std::chrono::steady_clock::now();
     const auto& policy = *fc.policy;
     auto& head = hp.get();
@@ -300,7 +302,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         dlp::match_rule(policy, tgt.dest->host, tgt.dest->port, method, path, false);
     if (rule == nullptr || rule->act == dlp::action::deny) {
         bool ok = co_await deny(client, fc, 403, "policy_deny", rec, {}, client_keep_alive);
-        co_return ok && client_keep_alive && head.payload_size().value_or(1) == 0
+        co_return ok&& client_keep_alive&& head.payload_size().value_or(1) == 0
             ? exchange_end::keep_going
             : exchange_end::close;
     }
@@ -344,8 +346,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 continue; // proxy credentials are sluice's, stripped before upstream
             headers.push_back({f.name_string(), f.value()});
         }
-        dlp::request_view view{method, tgt.origin_form, tgt.dest->host, tgt.dest->port,
-                               headers};
+        dlp::request_view view{method, tgt.origin_form, tgt.dest->host, tgt.dest->port, headers};
         dlp::inspector ins(policy, thread_scanner(fc.gen->settings->rules));
         dlp::verdict v = ins.on_head(view);
         if (v.kind == dlp::verdict_kind::forward) {
@@ -364,8 +365,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             }
             bool ok = co_await deny(client, fc, status, reason, rec, findings,
                                     client_keep_alive && status == 403);
-            co_return ok && client_keep_alive && status == 403 ? exchange_end::keep_going
-                                                                : exchange_end::close;
+            co_return ok&& client_keep_alive&& status == 403 ? exchange_end::keep_going
+                                                             : exchange_end::close;
         }
     }
     rec.inspected = rule->inspect;
@@ -395,10 +396,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 std::string_view reason =
                     cr == connect_result::tls_failed ? "upstream_tls" : "upstream_connect";
                 rec.duration_ms = elapsed_ms(started);
-                bool ok = co_await deny(client, fc, 502, reason, rec, findings,
-                                        client_keep_alive);
-                co_return ok && client_keep_alive ? exchange_end::keep_going
-                                                  : exchange_end::close;
+                bool ok = co_await deny(client, fc, 502, reason, rec, findings, client_keep_alive);
+                co_return ok&& client_keep_alive ? exchange_end::keep_going : exchange_end::close;
             }
             reused = false;
         }
@@ -448,8 +447,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     http::serializer<false, http::buffer_body> sr{res};
     std::array<char, relay_chunk> chunk;
     bool relay_ok = true;
-    if (rp.is_done() && (req.method() == http::verb::head || res.result_int() == 204 ||
-                         res.result_int() == 304)) {
+    if (rp.is_done() &&
+        (req.method() == http::verb::head || res.result_int() == 204 || res.result_int() == 304)) {
         beast::get_lowest_layer(client).expires_after(upstream_io_timeout);
         auto [ec, n] = co_await http::async_write_header(client, sr, as_tuple);
         relay_ok = !ec;
@@ -506,9 +505,9 @@ net::awaitable<bool> read_head(Stream& client, beast::flat_buffer& buf,
     auto [ec, n] = co_await http::async_read_header(client, buf, hp, as_tuple);
     if (!ec)
         co_return true;
-    if (ec == http::error::end_of_stream || ec == net::error::eof ||
-        ec == beast::error::timeout || ec == net::error::operation_aborted ||
-        ec == net::error::connection_reset || ec == ssl::error::stream_truncated)
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+        ec == ssl::error::stream_truncated)
         co_return false;
     audit_record rec;
     rec.method = "";
@@ -563,8 +562,7 @@ std::string host_port(const destination& d, std::uint16_t default_port) {
 }
 
 // An opaque tunnel (policy `inspect: false`): bytes both ways, audited as uninspected.
-net::awaitable<void> pump(beast::tcp_stream& from, beast::tcp_stream& to,
-                          std::uint64_t& counted) {
+net::awaitable<void> pump(beast::tcp_stream& from, beast::tcp_stream& to, std::uint64_t& counted) {
     std::array<char, relay_chunk> buf;
     for (;;) {
         from.expires_after(client_idle_timeout * 5);
@@ -603,8 +601,7 @@ net::awaitable<void> opaque_tunnel(beast::tcp_stream& client, beast::flat_buffer
         co_await net::async_write(*up.stream, cbuf.data(), as_tuple);
         cbuf.consume(cbuf.size());
     }
-    co_await (pump(client, *up.stream, rec.bytes_up) &&
-              pump(*up.stream, client, rec.bytes_down));
+    co_await (pump(client, *up.stream, rec.bytes_up) && pump(*up.stream, client, rec.bytes_down));
     rec.decision = "allow";
     rec.reason = "uninspected";
     rec.inspected = false;
@@ -616,8 +613,7 @@ net::awaitable<void> opaque_tunnel(beast::tcp_stream& client, beast::flat_buffer
 // interception with a leaf minted for the CONNECT host; inner requests run through
 // run_exchange one by one.
 net::awaitable<void> handle_connect(beast::tcp_stream& client, beast::flat_buffer& cbuf,
-                                    http::request_parser<http::empty_body>& hp,
-                                    flow_context& fc) {
+                                    http::request_parser<http::empty_body>& hp, flow_context& fc) {
     auto started = std::chrono::steady_clock::now();
     audit_record rec;
     rec.method = "CONNECT";
@@ -712,7 +708,10 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
                                   listener_context listener) {
     struct active_guard {
         std::atomic<std::int64_t>& n;
-        explicit active_guard(std::atomic<std::int64_t>& c) : n(c) { ++n; }
+        explicit active_guard(std::atomic<std::int64_t>& c)
+            : n(c) {
+            ++n;
+        }
         ~active_guard() { --n; }
     } guard(state->active);
 
@@ -724,10 +723,9 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
     auto remote = socket.remote_endpoint(ec);
     if (ec)
         co_return;
-    fc.source = remote.address().is_v6() ? "[" + remote.address().to_string() + "]:" +
-                                               std::to_string(remote.port())
-                                         : remote.address().to_string() + ":" +
-                                               std::to_string(remote.port());
+    fc.source = remote.address().is_v6()
+                    ? "[" + remote.address().to_string() + "]:" + std::to_string(remote.port())
+                    : remote.address().to_string() + ":" + std::to_string(remote.port());
 
     beast::tcp_stream client(std::move(socket));
     beast::flat_buffer cbuf;
@@ -773,9 +771,8 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
             tgt.dest = &d;
             // Policy on the destination first, so a denied host is never resolved.
             if (dlp::match_rule(*fc.policy, d.host, d.port, "", "", true) == nullptr) {
-                rec.url = audit_log::redact_query("http://" + tgt.host_header +
-                                                      tgt.origin_form,
-                                                  true);
+                rec.url =
+                    audit_log::redact_query("http://" + tgt.host_header + tgt.origin_form, true);
                 co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
                 co_return;
             }

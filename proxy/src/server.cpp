@@ -5,12 +5,12 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
 #include <openssl/rand.h>
@@ -39,8 +39,8 @@ std::expected<std::shared_ptr<const generation>, std::string>
 make_generation(std::shared_ptr<const config::settings> settings) {
     auto gen = std::make_shared<generation>();
     try {
-        gen->upstream_tls = std::make_shared<net::ssl::context>(make_upstream_context(
-            settings->upstream_ca_file.value_or(std::filesystem::path{})));
+        gen->upstream_tls = std::make_shared<net::ssl::context>(
+            make_upstream_context(settings->upstream_ca_file.value_or(std::filesystem::path{})));
     } catch (const std::exception& e) {
         std::string file = settings->upstream_ca_file ? settings->upstream_ca_file->string()
                                                       : std::string("system trust store");
@@ -55,27 +55,24 @@ make_generation(std::shared_ptr<const config::settings> settings) {
 void accept_loop(server::impl* self, std::size_t index) {
     auto& acceptor = *self->acceptors[index];
     auto& target = *self->contexts[self->next_context++ % self->contexts.size()];
-    acceptor.async_accept(target, [self, index](boost::system::error_code ec,
-                                                tcp::socket socket) {
+    acceptor.async_accept(target, [self, index](boost::system::error_code ec, tcp::socket socket) {
         if (self->stopping.load())
             return;
         if (!ec) {
             boost::system::error_code ignored;
             socket.set_option(tcp::no_delay(true), ignored);
             auto exec = socket.get_executor();
-            net::co_spawn(exec,
-                          serve_client(std::move(socket), self->state,
-                                       self->listener_contexts[index]),
-                          [](std::exception_ptr e) {
-                              if (!e)
-                                  return;
-                              try {
-                                  std::rethrow_exception(e);
-                              } catch (const std::exception& ex) {
-                                  spdlog::error("connection ended by internal error: {}",
-                                                ex.what());
-                              }
-                          });
+            net::co_spawn(
+                exec, serve_client(std::move(socket), self->state, self->listener_contexts[index]),
+                [](std::exception_ptr e) {
+                    if (!e)
+                        return;
+                    try {
+                        std::rethrow_exception(e);
+                    } catch (const std::exception& ex) {
+                        spdlog::error("connection ended by internal error: {}", ex.what());
+                    }
+                });
         } else if (ec != net::error::operation_aborted) {
             spdlog::warn("accept failed: {}", ec.message());
         }
@@ -92,8 +89,7 @@ net::awaitable<void> drain(server::impl* self, std::chrono::milliseconds deadlin
         co_await timer.async_wait(net::as_tuple(net::use_awaitable));
     }
     if (self->state->active.load() > 0)
-        spdlog::info("drain deadline reached with {} live connections",
-                     self->state->active.load());
+        spdlog::info("drain deadline reached with {} live connections", self->state->active.load());
     for (auto& c : self->contexts)
         c->stop();
 }
@@ -192,8 +188,7 @@ void server::stop(unsigned drain_ms) {
     });
 }
 
-std::expected<void, std::string>
-server::publish(std::shared_ptr<const config::settings> settings) {
+std::expected<void, std::string> server::publish(std::shared_ptr<const config::settings> settings) {
     auto gen = make_generation(std::move(settings));
     if (!gen)
         return std::unexpected(gen.error());

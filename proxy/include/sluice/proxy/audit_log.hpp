@@ -28,7 +28,7 @@ struct audit_record {
     std::string identity; ///< "" when unresolved (written as null)
     std::string source;   ///< client address:port
     std::string method;
-    std::string url; ///< absolute URL (https://host:port/path?query), query values redacted
+    std::string url;      ///< absolute URL (https://host:port/path?query), query values redacted
     std::string decision; ///< allow, deny, supervise_approved, supervise_denied
     std::string reason;   ///< CONTRACT.md reason code; "" for a plain allow
     std::vector<audit_finding> findings;
