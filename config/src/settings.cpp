@@ -7,16 +7,7 @@
 
 #include "sluice/config/rules_loader.hpp"
 
-// g++ 12 reports a false -Wdangling-pointer inside yaml-cpp 0.7's Node::Scalar() (it returns
-// a reference to a static empty string); the warning is attributed to the header.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdangling-pointer"
-#endif
 #include <yaml-cpp/yaml.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -247,8 +238,10 @@ public:
             error(n, "expected a mapping for " + std::string(what));
             return std::nullopt;
         }
-        for (auto it = n.begin(); it != n.end(); ++it) {
-            const YAML::Node& key = it->first;
+        for (const auto& kv : n) {
+            // Copies, not references: yaml-cpp's iterator hands out a temporary pair, and a
+            // reference into it dangles once the statement ends.
+            const YAML::Node key = kv.first;
             if (!key.IsScalar()) {
                 error(key, "keys in " + std::string(what) + " must be plain strings");
                 continue;
@@ -268,7 +261,7 @@ public:
                 error(key, "duplicate key '" + k + "' in " + std::string(what));
                 continue;
             }
-            v.entries.emplace(k, std::make_pair(key, it->second));
+            v.entries.emplace(k, std::make_pair(key, YAML::Node(kv.second)));
         }
         return v;
     }
