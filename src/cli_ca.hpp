@@ -10,5 +10,3 @@ namespace sluice::cli {
 int cmd_ca(int argc, char** argv);
 
 } // namespace sluice::cli
-
-using sluice::cli::cmd_ca; // main.cpp may call it unqualified
