@@ -31,7 +31,8 @@ const std::string& corpus() {
         const char* env = std::getenv("SLUICE_BENCH_CORPUS");
         const std::string path = env != nullptr ? env : "/tmp/sluice-corpus/corpus.bin";
         std::ifstream in(path, std::ios::binary);
-        return in ? std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>())
+        return in ? std::string(std::istreambuf_iterator<char>(in),
+                                std::istreambuf_iterator<char>())
                   : std::string();
     }();
     return data;
@@ -40,7 +41,8 @@ const std::string& corpus() {
 std::shared_ptr<const sluice::detectors::ruleset> builtin() {
     static const auto rs = []() -> std::shared_ptr<const sluice::detectors::ruleset> {
         auto rules = sluice::config::builtin_rules();
-        if (!rules) return nullptr;
+        if (!rules)
+            return nullptr;
         auto compiled = sluice::detectors::ruleset::compile(std::move(*rules));
         return compiled ? *compiled : nullptr;
     }();
@@ -49,8 +51,9 @@ std::shared_ptr<const sluice::detectors::ruleset> builtin() {
 
 bool ready(benchmark::State& state) {
     if (corpus().empty()) {
-        state.SkipWithError("no corpus: set SLUICE_BENCH_CORPUS or run /work/shared/tools/make-corpus "
-                            "--out /tmp/sluice-corpus --size-mb 64 --seed 1");
+        state.SkipWithError(
+            "no corpus: set SLUICE_BENCH_CORPUS or run /work/shared/tools/make-corpus "
+            "--out /tmp/sluice-corpus --size-mb 64 --seed 1");
         return false;
     }
     if (!builtin()) {
@@ -61,13 +64,15 @@ bool ready(benchmark::State& state) {
 }
 
 void scanner_full(benchmark::State& state) {
-    if (!ready(state)) return;
+    if (!ready(state))
+        return;
     sluice::detectors::scanner s(builtin());
     std::vector<sluice::detectors::finding> out;
     const std::string& data = corpus();
     for (auto _ : state) {
         out.clear();
-        if (!s.scan(data, out)) state.SkipWithError("scan failed");
+        if (!s.scan(data, out))
+            state.SkipWithError("scan failed");
         benchmark::DoNotOptimize(out.data());
     }
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
@@ -83,7 +88,8 @@ int count_match(unsigned, unsigned long long, unsigned long long, unsigned, void
 }
 
 void hs_scan_bare(benchmark::State& state) {
-    if (!ready(state)) return;
+    if (!ready(state))
+        return;
     const auto& impl = builtin()->impl();
     hs_scratch_t* scratch = nullptr;
     hs_clone_scratch(impl.prototype.get(), &scratch);
@@ -91,7 +97,8 @@ void hs_scan_bare(benchmark::State& state) {
     std::size_t hits = 0;
     for (auto _ : state) {
         hits = 0;
-        hs_scan(impl.db.get(), data.data(), static_cast<unsigned>(data.size()), 0, scratch, count_match, &hits);
+        hs_scan(impl.db.get(), data.data(), static_cast<unsigned>(data.size()), 0, scratch,
+                count_match, &hits);
         benchmark::DoNotOptimize(hits);
     }
     hs_free_scratch(scratch);

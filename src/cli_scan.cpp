@@ -234,15 +234,18 @@ int cmd_scan(int argc, char** argv) {
                           << ") length " << (f.end - f.begin) << ' ' << f.fingerprint
                           << " confidence " << f.confidence << '\n';
             } else {
-                boost::json::object o;
-                o["path"] = shown;
-                o["rule"] = f.rule_id;
-                o["category"] = f.category;
-                o["offset"] = f.begin;
-                o["length"] = f.end - f.begin;
-                o["fingerprint"] = f.fingerprint;
-                o["confidence"] = f.confidence;
-                std::cout << boost::json::serialize(o) << '\n';
+                // Built by hand so confidence prints as 0.99, not Boost.JSON's 9.9E-1;
+                // the only free-form string (the path) goes through the JSON serializer.
+                char numbers[160];
+                std::snprintf(
+                    numbers, sizeof numbers,
+                    ",\"offset\":%zu,\"length\":%zu,\"fingerprint\":\"%s\",\"confidence\":%.2f}",
+                    f.begin, f.end - f.begin, f.fingerprint.c_str(), f.confidence);
+                std::cout << "{\"path\":" << boost::json::serialize(boost::json::string(shown))
+                          << ",\"rule\":" << boost::json::serialize(boost::json::string(f.rule_id))
+                          << ",\"category\":"
+                          << boost::json::serialize(boost::json::string(f.category)) << numbers
+                          << '\n';
             }
         }
     }
