@@ -45,6 +45,9 @@ std::string rfc3339_now() {
 
 // Reads the last non-empty line of `path` (the chain continues from it).
 std::string last_line(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+        return {};
     std::ifstream in(path, std::ios::binary);
     if (!in)
         return {};
@@ -52,7 +55,9 @@ std::string last_line(const std::filesystem::path& path) {
     auto size = static_cast<long long>(in.tellg());
     long long start = size > 65536 ? size - 65536 : 0;
     in.seekg(start);
-    std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string tail(static_cast<std::size_t>(size - start), '\0');
+    in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+    tail.resize(static_cast<std::size_t>(in.gcount()));
     while (!tail.empty() && tail.back() == '\n')
         tail.pop_back();
     auto nl = tail.rfind('\n');
