@@ -13,7 +13,7 @@ namespace detail {
 
 struct hit {
     std::uint32_t rule;
-    std::uint32_t pad;
+    std::uint32_t pad; ///< 1 = a later hit of this rule ends one byte further: skip
     std::size_t end;
 };
 
@@ -33,6 +33,7 @@ struct scanner_impl {
     // any before it.
     std::vector<hit> hits;
     std::vector<candidate> candidates;
+    std::vector<std::size_t> next_end; ///< per rule; SIZE_MAX when untouched
     std::size_t report_from = 0;
     std::size_t report_to = 0;
 };
@@ -65,6 +66,7 @@ scanner::scanner(std::shared_ptr<const ruleset> rules)
     impl_->rules = std::move(rules);
     impl_->hits.reserve(256);
     impl_->candidates.reserve(64);
+    impl_->next_end.assign(impl_->rules->rules().size(), SIZE_MAX);
 }
 
 scanner::~scanner() = default;
@@ -117,8 +119,25 @@ bool scanner::scan(std::string_view data, std::size_t report_from, std::size_t r
     if (s.hits.empty())
         return true;
 
+    // A rule without a closing delimiter reports every end along a run of token bytes
+    // (glc_... up to 400 characters gives ~370 hits). Only the last end of each
+    // contiguous run needs RE2: the earlier ones are shorter matches that dedupe would
+    // drop anyway. Without this an input crafted from such runs costs width x length.
+    for (auto it = s.hits.rbegin(); it != s.hits.rend(); ++it) {
+        std::size_t& next = s.next_end[it->rule];
+        const bool inside_run = next == it->end + 1 && !rs.compiled[it->rule].prefilter;
+        next = it->end;
+        it->pad = inside_run ? 1 : 0;
+    }
+    for (const auto& h : s.hits) {
+        s.next_end[h.rule] = SIZE_MAX;
+    }
+
     re2::StringPiece groups[2];
     for (const auto& h : s.hits) {
+        if (h.pad != 0) {
+            continue; // inside a run: see above
+        }
         const auto& c = rs.compiled[h.rule];
         // RE2 sees the buffer up to the hit end (so \b and ^ before the window evaluate
         // with real context) but starts no earlier than the rule's maximum width back.

@@ -122,6 +122,27 @@ TEST(scanner, overlapping_ends_of_one_rule_are_one_finding) {
     EXPECT_EQ(out[0].end, 18u); // "key-" + the 14-letter run
 }
 
+TEST(scanner, open_ended_runs_give_one_longest_finding_each) {
+    // Hyperscan reports every end from 32 to 400 characters after each "tok_"; the
+    // engine confirms only the end of each run and reports the longest match.
+    auto rs = compile_ok({make("open", "tok_[a-z]{32,400}")});
+    ASSERT_TRUE(rs);
+    scanner s(rs);
+    std::string text;
+    for (int i = 0; i < 200; ++i) {
+        text += "tok_" + std::string(300 + i % 50, static_cast<char>('a' + i % 26)) + ' ';
+    }
+    std::vector<finding> out;
+    ASSERT_TRUE(s.scan(text, out));
+    ASSERT_EQ(out.size(), 200u);
+    std::size_t at = 0;
+    for (int i = 0; i < 200; ++i) {
+        EXPECT_EQ(out[i].begin, at);
+        EXPECT_EQ(out[i].end - out[i].begin, 4u + 300u + static_cast<std::size_t>(i % 50));
+        at = out[i].end + 1;
+    }
+}
+
 TEST(scanner, validator_filters_confirmed_hits) {
     auto rs = compile_ok({make("card", "\\b[0-9]{16}\\b", "luhn")});
     ASSERT_TRUE(rs);
