@@ -8,6 +8,9 @@
 //
 //   scanner_full    the whole engine with the built-in rules: Hyperscan block scan, RE2
 //                   confirmation of each hit, validators, fingerprints (what the proxy runs)
+//   scanner_planted the same on a copy of the corpus with one rule example written over it
+//                   every 64 KiB (about 1000 findings in 64 MiB): the cost of confirmation,
+//                   validation and fingerprints when there is something to find
 //   hs_scan_bare    hs_scan of the same Hyperscan database with a no-op callback: the
 //                   ceiling the engine is measured against (issue 3 wants >= 90% of it)
 //
@@ -82,6 +85,41 @@ void scanner_full(benchmark::State& state) {
     state.counters["rules"] = static_cast<double>(builtin()->rules().size());
 }
 
+const std::string& planted() {
+    static const std::string data = [] {
+        std::string copy = corpus();
+        std::vector<std::string> examples;
+        for (const auto& r : builtin()->rules()) {
+            for (const auto& ex : r.examples)
+                examples.push_back(" " + ex + " ");
+        }
+        std::size_t k = 0;
+        for (std::size_t at = 4096; !examples.empty() && at + 8192 < copy.size(); at += 65536) {
+            const auto& ex = examples[k++ % examples.size()];
+            copy.replace(at, ex.size(), ex);
+        }
+        return copy;
+    }();
+    return data;
+}
+
+void scanner_planted(benchmark::State& state) {
+    if (!ready(state))
+        return;
+    sluice::detectors::scanner s(builtin());
+    std::vector<sluice::detectors::finding> out;
+    const std::string& data = planted();
+    for (auto _ : state) {
+        out.clear();
+        if (!s.scan(data, out))
+            state.SkipWithError("scan failed");
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                            static_cast<std::int64_t>(data.size()));
+    state.counters["findings"] = static_cast<double>(out.size());
+}
+
 int count_match(unsigned, unsigned long long, unsigned long long, unsigned, void* ctx) {
     ++*static_cast<std::size_t*>(ctx);
     return 0;
@@ -108,6 +146,7 @@ void hs_scan_bare(benchmark::State& state) {
 }
 
 BENCHMARK(scanner_full)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(scanner_planted)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(hs_scan_bare)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 } // namespace
