@@ -7,6 +7,7 @@
 
 #include "sluice/config/rules_loader.hpp"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -434,6 +435,44 @@ private:
     diagnostics diags_;
 };
 
+// Counts documents with a bare event handler instead of YAML::LoadAll: on some malformed
+// input yaml-cpp 0.7's parser reports empty documents forever, and LoadAll loops until
+// memory runs out (found by fuzz/config_fuzz.cpp). Reading at most two documents here is
+// bounded. Throws YAML::ParserException for a syntax error in any document read.
+class document_counter final : public YAML::EventHandler {
+public:
+    int count = 0;
+    YAML::Mark second;
+    void OnDocumentStart(const YAML::Mark& m) override {
+        if (++count == 2) {
+            second = m;
+        }
+    }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                         YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                    YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+};
+
+std::optional<YAML::Mark> find_second_document(std::string_view text) {
+    std::istringstream in{std::string(text)};
+    YAML::Parser parser(in);
+    document_counter counter;
+    for (int i = 0; i < 2 && parser.HandleNextDocument(counter); ++i) {
+    }
+    if (counter.count >= 2) {
+        return counter.second;
+    }
+    return std::nullopt;
+}
+
 // A reference to check once everything is read (names defined later in the file are fine).
 struct name_ref {
     std::string name;
@@ -449,24 +488,26 @@ public:
         , opts_(opts) {}
 
     std::expected<settings, diagnostics> run(std::string_view text) {
-        std::vector<YAML::Node> docs;
+        YAML::Node root;
+        std::optional<YAML::Mark> second_document;
         try {
-            docs = YAML::LoadAll(std::string(text));
+            root = YAML::Load(std::string(text));
+            second_document = find_second_document(text);
         } catch (const YAML::Exception& e) {
             // A syntax error is one diagnostic: what follows it cannot be trusted.
             w_.error(e.mark, e.msg);
             return std::unexpected(std::move(w_.diags()));
         }
         try {
-            if (docs.empty() || docs.front().IsNull()) {
+            if (second_document) {
+                w_.error(*second_document, "only one YAML document is allowed");
+            }
+            if (!root || root.IsNull()) {
                 w_.diags().push_back(
                     {w_.file(), 1, 1,
                      "empty configuration (expected a mapping with 'version: 1')"});
             } else {
-                if (docs.size() > 1) {
-                    w_.error(docs[1], "only one YAML document is allowed");
-                }
-                top(docs.front());
+                top(root);
             }
         } catch (const YAML::Exception& e) {
             w_.error(e.mark, e.msg);
