@@ -241,6 +241,8 @@ TEST(settings, embedded_default_loads) {
 TEST(settings, default_data_dir_follows_xdg) {
     const char* old = std::getenv("XDG_DATA_HOME");
     std::string saved = old ? old : "";
+    const char* old_home = std::getenv("HOME");
+    std::string saved_home = old_home ? old_home : "";
     ::setenv("XDG_DATA_HOME", "/xdg/data", 1);
     EXPECT_EQ(default_data_dir(), fs::path("/xdg/data/sluice"));
     auto r = load_string(embedded_default_yaml(), "<embedded>");
@@ -254,6 +256,11 @@ TEST(settings, default_data_dir_follows_xdg) {
         ::setenv("XDG_DATA_HOME", saved.c_str(), 1);
     } else {
         ::unsetenv("XDG_DATA_HOME");
+    }
+    if (old_home) {
+        ::setenv("HOME", saved_home.c_str(), 1);
+    } else {
+        ::unsetenv("HOME");
     }
 }
 
