@@ -1,6 +1,7 @@
 // sluice: an egress firewall for AI agents. Dispatches the subcommands of
 // CONTRACT.md "Command line"; each lives in its own cli_*.cpp.
 #include "cli.hpp"
+#include "cli_audit.hpp"
 #include "cli_ca.hpp"
 #include "cli_run.hpp"
 
@@ -19,6 +20,7 @@ commands:
                                          scan files or stdin with the detector core
   rules list | rules check [FILE]        list detectors / check every rule's examples
   ca init [--dir DIR] | ca path          create the local CA / print its certificate path
+  audit verify [--partial] FILE...       verify the audit hash chain across (rotated) files
   version                                versions of sluice, Hyperscan, OpenSSL, Boost
 
 exit codes: 0 success, 1 found something, 2 usage or input error, 3 runtime failure
@@ -45,6 +47,8 @@ int main(int argc, char** argv) {
             return sluice::cli::cmd_rules(sub_argc, sub_argv);
         if (cmd == "ca")
             return sluice::cli::cmd_ca(sub_argc, sub_argv);
+        if (cmd == "audit")
+            return sluice::cli::cmd_audit(sub_argc, sub_argv);
         if (cmd == "version" || cmd == "--version")
             return sluice::cli::cmd_version(sub_argc, sub_argv);
         if (cmd == "help" || cmd == "--help" || cmd == "-h") {

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 #include <openssl/evp.h>
+#include <spdlog/spdlog.h>
 
 #include <array>
 #include <cerrno>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <unordered_set>
 
 namespace sluice::proxy {
 
@@ -64,10 +66,48 @@ std::string last_line(const std::filesystem::path& path) {
     return nl == std::string::npos ? tail : tail.substr(nl + 1);
 }
 
+// The hash member is always last, exactly `,"hash":"<64 hex>"}`: verification hashes the
+// bytes before it plus the closing brace, so no JSON re-serialisation is involved.
+constexpr std::string_view hash_key = ",\"hash\":\"";
+constexpr std::size_t hash_suffix_len = hash_key.size() + 64 + 2; // + `"}`
+
+bool split_hashed_line(std::string_view line, std::string& body, std::string& hash) {
+    if (line.size() < hash_suffix_len + 2 || !line.ends_with("\"}"))
+        return false;
+    std::size_t at = line.size() - hash_suffix_len;
+    if (line.substr(at, hash_key.size()) != hash_key)
+        return false;
+    hash.assign(line.substr(at + hash_key.size(), 64));
+    for (char c : hash)
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return false;
+    body.assign(line.substr(0, at));
+    body.push_back('}');
+    return true;
+}
+
+std::string rotated_name(const std::filesystem::path& path, std::uint64_t last_seq) {
+    auto secs = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    char seq[32];
+    std::snprintf(seq, sizeof seq, "%012llu", static_cast<unsigned long long>(last_seq));
+    return path.string() + "." + stamp + "." + seq;
+}
+
 } // namespace
 
 std::expected<std::unique_ptr<audit_log>, std::string>
 audit_log::open(const std::filesystem::path& path, bool fsync_always) {
+    audit_options o;
+    o.fsync_always = fsync_always;
+    return open(path, o);
+}
+
+std::expected<std::unique_ptr<audit_log>, std::string>
+audit_log::open(const std::filesystem::path& path, const audit_options& options) {
     std::error_code ec;
     if (path.has_parent_path()) {
         std::filesystem::create_directories(path.parent_path(), ec);
@@ -77,7 +117,7 @@ audit_log::open(const std::filesystem::path& path, bool fsync_always) {
     }
     auto log = std::unique_ptr<audit_log>(new audit_log());
     log->path_ = path;
-    log->fsync_always_ = fsync_always;
+    log->options_ = options;
     if (auto line = last_line(path); !line.empty()) {
         boost::system::error_code jec;
         auto v = boost::json::parse(line, jec);
@@ -91,15 +131,76 @@ audit_log::open(const std::filesystem::path& path, bool fsync_always) {
         if (auto* s = o.if_contains("seq"); s && s->is_int64())
             log->seq_ = static_cast<std::uint64_t>(s->as_int64());
     }
-    log->fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    if (log->fd_ < 0)
+    if (!log->reopen_locked())
         return std::unexpected("audit log " + path.string() + ": " + std::strerror(errno));
+    if (!options.fsync_always && options.fsync_interval.count() > 0)
+        log->sync_thread_ = std::thread([p = log.get()] { p->sync_loop(); });
     return log;
 }
 
 audit_log::~audit_log() {
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+    }
+    sync_cv_.notify_all();
+    if (sync_thread_.joinable())
+        sync_thread_.join();
+    if (fd_ >= 0) {
+        if (dirty_)
+            ::fdatasync(fd_);
+        ::close(fd_);
+    }
+}
+
+// (Re)opens path_ for appending and records its identity and size. errno on failure.
+bool audit_log::reopen_locked() {
+    int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return false;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        int e = errno;
+        ::close(fd);
+        errno = e;
+        return false;
+    }
     if (fd_ >= 0)
         ::close(fd_);
+    fd_ = fd;
+    regular_ = S_ISREG(st.st_mode);
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+    size_ = static_cast<std::uint64_t>(st.st_size);
+    return true;
+}
+
+bool audit_log::rotate_locked() {
+    if (::fdatasync(fd_) != 0)
+        return false;
+    std::string target = rotated_name(path_, seq_);
+    if (::rename(path_.c_str(), target.c_str()) != 0)
+        return false;
+    dirty_ = false;
+    if (!reopen_locked())
+        return false;
+    spdlog::info("audit log rotated to {}", target);
+    return true;
+}
+
+void audit_log::sync_loop() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+        sync_cv_.wait_for(lock, options_.fsync_interval);
+        if (dirty_ && fd_ >= 0) {
+            // A failed sync means records may be lost: same treatment as a failed write.
+            if (::fdatasync(fd_) != 0) {
+                healthy_ = false;
+                errors_.fetch_add(1, std::memory_order_relaxed);
+            }
+            dirty_ = false;
+        }
+    }
 }
 
 bool audit_log::healthy() const {
@@ -117,6 +218,25 @@ bool audit_log::append(const audit_record& r) {
                                                {"fingerprint", f.fingerprint}});
     }
     std::lock_guard lock(mutex_);
+    auto fail = [&] {
+        healthy_ = false;
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+    };
+    // Removed or replaced behind our back (rm, logrotate without copytruncate): records
+    // written to the orphaned inode would be invisible, so start a new file at the path.
+    if (regular_) {
+        struct stat st {};
+        if (::stat(path_.c_str(), &st) != 0 || st.st_dev != dev_ || st.st_ino != ino_) {
+            errors_.fetch_add(1, std::memory_order_relaxed);
+            spdlog::error("audit log {} was removed or replaced; continuing the chain in a new "
+                          "file at seq {}",
+                          path_.string(), seq_ + 1);
+            if (!reopen_locked())
+                return fail();
+        }
+    }
+
     boost::json::object o;
     o["ts"] = rfc3339_now();
     o["seq"] = seq_ + 1;
@@ -137,11 +257,15 @@ bool audit_log::append(const audit_record& r) {
     o["duration_ms"] = r.duration_ms;
     o["prev"] = prev_hash_;
     // The hash covers the serialised record without its own "hash" member (which is
-    // always last), so a verifier re-serialises the object minus "hash" and compares.
+    // always last), so a verifier hashes the line up to that member plus '}'.
     std::string body = boost::json::serialize(o);
     std::string hash = sha256_hex(body);
     body.pop_back(); // '}'
     body += ",\"hash\":\"" + hash + "\"}\n";
+
+    if (regular_ && options_.max_size > 0 && size_ > 0 && size_ + body.size() > options_.max_size &&
+        !rotate_locked())
+        return fail();
 
     const char* p = body.data();
     std::size_t left = body.size();
@@ -150,16 +274,22 @@ bool audit_log::append(const audit_record& r) {
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            healthy_ = false;
-            return false;
+            // Cut a partial line off again (disk full, RLIMIT_FSIZE): the next record must
+            // start on a fresh line or the chain would contain garbage.
+            if (regular_ && left != body.size())
+                (void)::ftruncate(fd_, static_cast<off_t>(size_));
+            return fail();
         }
         p += n;
         left -= static_cast<std::size_t>(n);
     }
-    if (fsync_always_ && ::fdatasync(fd_) != 0) {
-        healthy_ = false;
-        return false;
+    if (options_.fsync_always) {
+        if (::fdatasync(fd_) != 0)
+            return fail();
+    } else {
+        dirty_ = true;
     }
+    size_ += body.size();
     ++seq_;
     prev_hash_ = std::move(hash);
     healthy_ = true;
@@ -191,6 +321,139 @@ std::string audit_log::redact_query(std::string_view url, bool all) {
         query.remove_prefix(amp + 1);
     }
     return out;
+}
+
+namespace {
+
+struct parsed_line {
+    bool hashed = false; // has a well-formed trailing hash member
+    bool json = false;   // parses as an object with integer seq and string prev
+    std::uint64_t seq = 0;
+    std::string prev;
+    std::string hash;
+    std::string body;
+};
+
+parsed_line parse_line(std::string_view line) {
+    parsed_line p;
+    p.hashed = split_hashed_line(line, p.body, p.hash);
+    boost::system::error_code ec;
+    auto v = boost::json::parse(line, ec);
+    if (ec || !v.is_object())
+        return p;
+    const auto& o = v.as_object();
+    const auto* seq = o.if_contains("seq");
+    const auto* prev = o.if_contains("prev");
+    if (seq == nullptr || !seq->is_int64() || seq->as_int64() < 1 || prev == nullptr ||
+        !prev->is_string())
+        return p;
+    p.seq = static_cast<std::uint64_t>(seq->as_int64());
+    p.prev = std::string(prev->as_string());
+    p.json = true;
+    return p;
+}
+
+// Reads lines of a file; `complete` is false for a last line without its newline.
+template <class F>
+bool for_each_line(const std::filesystem::path& file, F&& f) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in)
+        return false;
+    std::string line;
+    std::size_t n = 0;
+    while (std::getline(in, line)) {
+        ++n;
+        bool complete = !in.eof();
+        if (!f(n, std::string_view(line), complete))
+            return true;
+    }
+    return !in.bad();
+}
+
+} // namespace
+
+audit_verify_result verify_audit_chain(const std::vector<std::filesystem::path>& files,
+                                       bool partial) {
+    audit_verify_result res;
+    // Pass 1: every seq present anywhere, to tell a record that was moved (reordered) from
+    // one that is gone (removed).
+    std::unordered_set<std::uint64_t> present;
+    for (const auto& f : files) {
+        bool readable = for_each_line(f, [&](std::size_t, std::string_view line, bool) {
+            auto p = parse_line(line);
+            if (p.json)
+                present.insert(p.seq);
+            return true;
+        });
+        if (!readable) {
+            res.what = "unreadable";
+            res.file = f.string();
+            res.detail = std::string("cannot read the file: ") + std::strerror(errno);
+            return res;
+        }
+    }
+
+    bool have_prev = false;
+    std::uint64_t prev_seq = 0;
+    std::string prev_hash;
+    bool stop = false;
+    auto bad = [&](const std::filesystem::path& f, std::size_t line, std::uint64_t seq,
+                   std::string what, std::string detail) {
+        res.what = std::move(what);
+        res.file = f.string();
+        res.line = line;
+        res.seq = seq;
+        res.detail = std::move(detail);
+        stop = true;
+        return false;
+    };
+    for (std::size_t fi = 0; fi < files.size() && !stop; ++fi) {
+        const auto& f = files[fi];
+        bool last_file = fi + 1 == files.size();
+        for_each_line(f, [&](std::size_t n, std::string_view line, bool complete) {
+            auto p = parse_line(line);
+            if (!complete && (!p.json || !p.hashed))
+                return bad(f, n, p.seq, "truncated",
+                           "the record is cut off (no end of line)" +
+                               std::string(last_file ? "" : " in the middle of the chain"));
+            if (!p.json || !p.hashed)
+                return bad(f, n, p.seq, "changed", "the line is not a well-formed audit record");
+            if (sha256_hex(p.body) != p.hash)
+                return bad(f, n, p.seq, "changed", "the record's content does not match its hash");
+            if (!have_prev) {
+                if (!partial && (p.seq != 1 || !p.prev.empty())) {
+                    std::string what = present.contains(1) ? "reordered" : "removed";
+                    return bad(f, n, p.seq, what,
+                               "the chain does not start at seq 1 (records before seq " +
+                                   std::to_string(p.seq) +
+                                   " are missing; pass --partial if older files were pruned)");
+                }
+                res.first_seq = p.seq;
+            } else if (p.seq != prev_seq + 1) {
+                if (p.seq <= prev_seq || present.contains(prev_seq + 1))
+                    return bad(f, n, p.seq, "reordered",
+                               "expected seq " + std::to_string(prev_seq + 1) + " here");
+                return bad(f, n, p.seq, "removed",
+                           "records " + std::to_string(prev_seq + 1) + ".." +
+                               std::to_string(p.seq - 1) + " are missing");
+            } else if (p.prev != prev_hash) {
+                // This record is intact (its hash matches) and in sequence, so the one
+                // before it was rewritten with a recomputed hash.
+                return bad(f, n, p.seq, "changed",
+                           "prev does not match the hash of record " + std::to_string(prev_seq) +
+                               " (that record was rewritten)");
+            }
+            have_prev = true;
+            prev_seq = p.seq;
+            prev_hash = p.hash;
+            res.last_seq = p.seq;
+            res.last_hash = p.hash;
+            ++res.records;
+            return true;
+        });
+    }
+    res.ok = !stop;
+    return res;
 }
 
 } // namespace sluice::proxy

@@ -1,16 +1,33 @@
 // The audit sink: one JSON object per line per decision (CONTRACT.md "Audit record"),
 // appended to a file the agent cannot write, chained with SHA-256 (`prev`, `hash`).
 // Never holds secret bytes: findings carry fingerprints only.
-// Thread safety: append() may be called from any thread (internal mutex).
+//
+// Format: each line is a JSON object whose last member is "hash"; `hash` is the hex
+// SHA-256 of the line's bytes with the `,"hash":"..."` member removed (i.e. of the
+// serialised record without its hash), and `prev` is the previous record's `hash` ("" for
+// the first record ever). `seq` counts from 1 and continues across rotated files.
+//
+// Rotation: when a record would take the file past `max_size` bytes, the file is renamed to
+// `<path>.<UTC yyyymmddThhmmssZ>.<last seq, 12 digits>` (names sort in chain order) and a
+// new file is started; the chain continues in it. `sluice audit verify audit.jsonl.*
+// audit.jsonl` checks the whole chain.
+//
+// Thread safety: every member function may be called from any thread (internal mutex).
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <expected>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <sys/types.h>
 
 namespace sluice::proxy {
 
@@ -38,21 +55,41 @@ struct audit_record {
     bool inspected = true; ///< false for an explicitly uninspected tunnel
 };
 
+struct audit_options {
+    /// fsync (fdatasync) after every record. When false, a background thread syncs at
+    /// most `fsync_interval` after a write (bounded loss window).
+    bool fsync_always = true;
+    std::chrono::milliseconds fsync_interval{1000};
+    /// Rotate before a record would take the file past this many bytes; 0 = never.
+    std::uint64_t max_size = 64ull << 20;
+};
+
 class audit_log {
 public:
     /// Opens (creating with mode 0600, parents 0700) `path` for appending and continues
     /// the hash chain from its last line. Error message names the file.
     static std::expected<std::unique_ptr<audit_log>, std::string>
+    open(const std::filesystem::path& path, const audit_options& options);
+    static std::expected<std::unique_ptr<audit_log>, std::string>
     open(const std::filesystem::path& path, bool fsync_always);
 
     ~audit_log();
+    audit_log(const audit_log&) = delete;
+    audit_log& operator=(const audit_log&) = delete;
 
-    /// Appends one record (with ts, seq, prev, hash) and, with fsync_always, fsyncs.
-    /// Returns false if the write failed; the caller must fail the flow closed.
+    /// Appends one record (with ts, seq, prev, hash), rotating first when due, and with
+    /// fsync_always fsyncs. Returns false if the write failed (the partial line is cut off
+    /// again so a later record does not follow garbage); the caller must fail the flow
+    /// closed. If the file was removed or replaced behind our back, a new file is created
+    /// at `path` and the chain continues there (counted in errors()).
     bool append(const audit_record& r);
 
-    /// False once a write has failed (new flows are denied with 503 until it recovers).
+    /// False once a write has failed (new flows are denied with 503 until it recovers:
+    /// the next successful append makes it true again).
     bool healthy() const;
+
+    /// Failed writes and detected removals since open (sluice_audit_errors_total).
+    std::uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
 
     /// Replaces query values whose parameter names in `flagged` (or all when `all`) with
     /// "[redacted]". The scheme/host/path are kept.
@@ -60,13 +97,49 @@ public:
 
 private:
     audit_log() = default;
+    bool reopen_locked();
+    bool rotate_locked();
+    void sync_loop();
+
     mutable std::mutex mutex_;
     int fd_ = -1;
-    bool fsync_always_ = true;
+    std::uint64_t size_ = 0; ///< current file size (regular files)
+    bool regular_ = false;
+    ::dev_t dev_ = 0;
+    ::ino_t ino_ = 0;
+    audit_options options_;
     bool healthy_ = true;
+    bool dirty_ = false; ///< written but not yet synced (interval mode)
+    bool stopping_ = false;
     std::uint64_t seq_ = 0;
     std::string prev_hash_;
     std::filesystem::path path_;
+    std::atomic<std::uint64_t> errors_{0};
+    std::condition_variable sync_cv_;
+    std::thread sync_thread_;
 };
+
+/// The outcome of verifying a chain of audit files given in chain order.
+struct audit_verify_result {
+    bool ok = false;
+    /// On failure: changed | removed | reordered | truncated | unreadable.
+    std::string what;
+    std::string file;            ///< file of the first bad record
+    std::size_t line = 0;        ///< its 1-based line number
+    std::uint64_t seq = 0;       ///< its seq (0 when it could not be read)
+    std::string detail;          ///< one human sentence
+    std::uint64_t records = 0;   ///< records checked before stopping
+    std::uint64_t first_seq = 0; ///< seq of the first record
+    std::uint64_t last_seq = 0;
+    std::string last_hash;
+};
+
+/// Verifies `files` (in chain order, e.g. rotated files then the live one) as one chain:
+/// every record's hash over its own bytes, every `prev` equal to the previous record's
+/// hash, and seq increasing by one. The first record must be the genesis (seq 1, prev "")
+/// unless `partial` (older files were pruned). Reads files line by line (memory: one set of
+/// seq numbers). Never throws except std::bad_alloc.
+audit_verify_result verify_audit_chain(const std::vector<std::filesystem::path>& files,
+                                       bool partial = false);
 
 } // namespace sluice::proxy
