@@ -3,6 +3,7 @@
 #include "answers.hpp"
 
 #include "sluice/detectors/scanner.hpp"
+#include "sluice/dlp/caller.hpp"
 #include "sluice/dlp/inspector.hpp"
 #include "sluice/dlp/policy.hpp"
 
@@ -16,10 +17,12 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/url/parse.hpp>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -39,6 +42,7 @@ namespace {
 
 // Deadlines for every network wait (STYLE.md: every wait has a deadline).
 constexpr auto client_idle_timeout = 60s;
+constexpr auto client_header_timeout = 15s;
 constexpr auto tls_handshake_timeout = 15s;
 constexpr auto upstream_io_timeout = 120s;
 constexpr std::uint32_t header_limit = 64 * 1024;
@@ -495,31 +499,125 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     co_return relay_ok && !client_close ? exchange_end::keep_going : exchange_end::close;
 }
 
-// Reads one request head from the client. Returns false on EOF/timeout/error (after
-// answering 400 where the client sent something malformed).
+// Byte-level checks of a raw request head (request line through the empty line) for
+// shapes that Beast's parser tolerates but that smuggle or confuse (RFC 9112 sections
+// 2.2, 5.1, 5.2): bare CR or LF, NUL and other controls, obs-fold, header names that are
+// not tokens, a version other than HTTP/1.0 or HTTP/1.1 (an HTTP/2 preface), too many
+// fields.
+bool head_is_strict(std::string_view head) {
+    constexpr std::size_t max_fields = 128;
+    auto is_tchar = [](unsigned char c) {
+        return std::isalnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) !=
+                                      std::string_view::npos;
+    };
+    std::size_t pos = 0;
+    std::size_t fields = 0;
+    bool request_line = true;
+    while (pos < head.size()) {
+        auto eol = head.find("\r\n", pos);
+        if (eol == std::string_view::npos)
+            return false;
+        std::string_view line = head.substr(pos, eol - pos);
+        pos = eol + 2;
+        if (line.empty())
+            return pos == head.size();
+        for (unsigned char c : line)
+            if ((c < 0x20 && c != '\t') || c == 0x7f)
+                return false; // bare CR/LF, NUL and other controls
+        if (request_line) {
+            if (!line.ends_with(" HTTP/1.1") && !line.ends_with(" HTTP/1.0"))
+                return false;
+            request_line = false;
+            continue;
+        }
+        if (line.front() == ' ' || line.front() == '\t')
+            return false; // obs-fold
+        auto colon = line.find(':');
+        if (colon == 0 || colon == std::string_view::npos)
+            return false;
+        for (unsigned char c : line.substr(0, colon))
+            if (!is_tchar(c))
+                return false;
+        if (++fields > max_fields)
+            return false;
+    }
+    return false;
+}
+
+enum class head_status { ok, closed, malformed };
+
+// Reads one request head from the client into `buf` and parses it with Beast. The whole
+// head must arrive within `client_header_timeout` (a slow-loris client is cut off) and
+// within `header_limit` bytes; the raw bytes pass head_is_strict first, and framing
+// fields are checked after parsing (one Content-Length, Transfer-Encoding only as a
+// single final "chunked").
+template <class Stream>
+net::awaitable<head_status> read_head_raw(Stream& client, beast::flat_buffer& buf,
+                                          http::request_parser<http::empty_body>& hp) {
+    hp.header_limit(header_limit);
+    std::size_t searched = 0;
+    bool idle = buf.size() == 0;
+    beast::get_lowest_layer(client).expires_after(idle ? client_idle_timeout
+                                                       : client_header_timeout);
+    for (;;) {
+        std::string_view data(static_cast<const char*>(buf.data().data()), buf.size());
+        auto end = data.find("\r\n\r\n", searched > 3 ? searched - 3 : 0);
+        if (end != std::string_view::npos) {
+            if (!head_is_strict(data.substr(0, end + 4)))
+                co_return head_status::malformed;
+            break;
+        }
+        for (std::size_t i = searched; i < data.size(); ++i)
+            if (data[i] == '\n' && (i == 0 || data[i - 1] != '\r'))
+                co_return head_status::malformed; // bare LF line ending
+        searched = data.size();
+        if (data.size() >= header_limit)
+            co_return head_status::malformed;
+        auto [ec, n] = co_await client.async_read_some(
+            buf.prepare(std::min<std::size_t>(header_limit - data.size(), 16 * 1024)), as_tuple);
+        if (ec)
+            co_return head_status::closed; // EOF, reset, idle or header timeout
+        buf.commit(n);
+        if (idle) {
+            idle = false; // the first byte starts the header deadline
+            beast::get_lowest_layer(client).expires_after(client_header_timeout);
+        }
+    }
+    auto [ec, n] = co_await http::async_read_header(client, buf, hp, as_tuple);
+    if (ec)
+        co_return head_status::malformed;
+    const auto& h = hp.get();
+    auto cl = h.equal_range(http::field::content_length);
+    if (std::distance(cl.first, cl.second) > 1)
+        co_return head_status::malformed;
+    auto te = h.equal_range(http::field::transfer_encoding);
+    auto te_count = std::distance(te.first, te.second);
+    if (te_count > 1 ||
+        (te_count == 1 && (h.version() != 11 || !beast::iequals(te.first->value(), "chunked"))))
+        co_return head_status::malformed;
+    co_return head_status::ok;
+}
+
+// Reads one request head; on a malformed head answers 400 bad_request with an audit
+// line. Returns false when the connection should end.
 template <class Stream>
 net::awaitable<bool> read_head(Stream& client, beast::flat_buffer& buf,
                                http::request_parser<http::empty_body>& hp, flow_context& fc) {
-    hp.header_limit(header_limit);
-    beast::get_lowest_layer(client).expires_after(client_idle_timeout);
-    auto [ec, n] = co_await http::async_read_header(client, buf, hp, as_tuple);
-    if (!ec)
+    auto st = co_await read_head_raw(client, buf, hp);
+    if (st == head_status::ok)
         co_return true;
-    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
-        ec == net::error::operation_aborted || ec == net::error::connection_reset ||
-        ec == ssl::error::stream_truncated)
-        co_return false;
-    audit_record rec;
-    rec.method = "";
-    rec.url = "";
-    co_await deny(client, fc, 400, "bad_request", rec, {}, false);
+    if (st == head_status::malformed) {
+        audit_record rec;
+        co_await deny(client, fc, 400, "bad_request", rec, {}, false);
+    }
     co_return false;
 }
 
 // Splits an absolute-form http:// target into destination and origin-form.
 bool parse_absolute_target(std::string_view target, destination& d, exchange_target& t) {
     auto u = boost::urls::parse_absolute_uri(target);
-    if (!u || u->scheme_id() != boost::urls::scheme::http || !u->has_authority())
+    if (!u || u->scheme_id() != boost::urls::scheme::http || !u->has_authority() ||
+        u->has_userinfo())
         return false;
     d.host = dlp::normalize_host(u->encoded_host_address());
     if (d.host.empty())
@@ -535,6 +633,20 @@ bool parse_absolute_target(std::string_view target, destination& d, exchange_tar
         t.origin_form += "?" + std::string(u->encoded_query());
     t.host_header = std::string(u->encoded_host_and_port());
     return true;
+}
+
+// The Host field must name the destination the flow was resolved for (RFC 9112 section
+// 3.2: exactly one Host; a different one inside a tunnel is domain fronting).
+bool host_field_matches(const http::request_header<>& h, const destination& d,
+                        std::uint16_t default_port) {
+    auto range = h.equal_range(http::field::host);
+    if (std::distance(range.first, range.second) != 1)
+        return h.version() == 10 && range.first == range.second;
+    auto auth = boost::urls::parse_authority(range.first->value());
+    if (!auth || auth->has_userinfo())
+        return false;
+    std::uint16_t port = auth->has_port() ? auth->port_number() : default_port;
+    return port == d.port && dlp::normalize_host(auth->encoded_host_address()) == d.host;
 }
 
 // Inside the tunnel the target is origin-form (or absolute-form naming the same host).
@@ -676,6 +788,9 @@ net::awaitable<void> handle_connect(beast::tcp_stream& client, beast::flat_buffe
         co_return;
     }
     cbuf.consume(used);
+    // The SNI must name the CONNECT host (domain fronting is denied).
+    const char* sni = SSL_get_servername(tls.native_handle(), TLSEXT_NAMETYPE_host_name);
+    const bool sni_mismatch = sni != nullptr && dlp::normalize_host(sni) != d.host;
 
     upstream<ssl_stream> up;
     exchange_target tgt;
@@ -687,7 +802,8 @@ net::awaitable<void> handle_connect(beast::tcp_stream& client, beast::flat_buffe
         if (!co_await read_head(tls, cbuf, inner, fc))
             break;
         if (!tunnel_origin_form(inner.get().target(), d, tgt) ||
-            inner.get().method() == http::verb::connect) {
+            inner.get().method() == http::verb::connect || sni_mismatch ||
+            !host_field_matches(inner.get(), d, 443)) {
             audit_record bad;
             bad.method = std::string(inner.get().method_string());
             bad.url = "https://" + tgt.host_header;
@@ -732,17 +848,12 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
     const auto& settings = *fc.gen->settings;
 
     try {
-        // Who is calling: listener binding, then source address.
-        auto ip = dlp::ip_address::parse(remote.address().to_string());
-        std::optional<std::string> who;
-        if (ip)
-            who = dlp::resolve_identity(settings.identities, listener.identity, *ip);
-        if (who) {
-            fc.identity = *who;
-            fc.policy = dlp::policy_for(settings.policies, fc.identity);
-        }
+        dlp::caller_evidence evidence;
+        evidence.listener_identity = listener.identity;
+        evidence.source = dlp::ip_address::parse(remote.address().to_string());
 
         upstream<beast::tcp_stream> plain_up;
+        destination plain_dest; // resolved and checked once per upstream host:port
         for (;;) {
             http::request_parser<http::empty_body> hp;
             if (!co_await read_head(client, cbuf, hp, fc))
@@ -750,8 +861,17 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
             audit_record rec;
             rec.method = std::string(hp.get().method_string());
             rec.url = audit_log::redact_query(hp.get().target(), true);
-            if (fc.identity.empty()) {
-                co_await deny(client, fc, 403, "identity_unresolved", rec, {}, false);
+
+            // Who is calling, per request head: a Proxy-Authorization may come with any.
+            auto pa = hp.get().find(http::field::proxy_authorization);
+            evidence.proxy_authorization.reset();
+            if (pa != hp.get().end())
+                evidence.proxy_authorization = std::string(pa->value());
+            auto who = dlp::resolve_caller(settings.identities, evidence);
+            fc.identity = who.identity.value_or("");
+            fc.policy = who.identity ? dlp::policy_for(settings.policies, fc.identity) : nullptr;
+            if (!who.identity) {
+                co_await deny(client, fc, who.challenge ? 407 : 403, who.reason, rec, {}, false);
                 co_return;
             }
             if (fc.policy == nullptr) {
@@ -768,7 +888,6 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
                 co_await deny(client, fc, 400, "bad_request", rec, {}, false);
                 co_return;
             }
-            tgt.dest = &d;
             // Policy on the destination first, so a denied host is never resolved.
             if (dlp::match_rule(*fc.policy, d.host, d.port, "", "", true) == nullptr) {
                 rec.url =
@@ -776,19 +895,23 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
                 co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
                 co_return;
             }
-            std::string key = d.host + ":" + std::to_string(d.port);
-            if (!plain_up.stream || plain_up.key != key) {
-                switch (co_await resolve_destination(d, *fc.policy)) {
+            if (d.host != plain_dest.host || d.port != plain_dest.port) {
+                plain_up.stream.reset();
+                plain_dest = std::move(d);
+                switch (co_await resolve_destination(plain_dest, *fc.policy)) {
                 case resolve_result::failed:
+                    plain_dest = {};
                     co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
                     co_return;
                 case resolve_result::private_address:
+                    plain_dest = {};
                     co_await deny(client, fc, 403, "private_destination", rec, {}, false);
                     co_return;
                 case resolve_result::ok:
                     break;
                 }
             }
+            tgt.dest = &plain_dest;
             if (co_await run_exchange(client, cbuf, hp, tgt, plain_up, fc) !=
                 exchange_end::keep_going)
                 break;
