@@ -10,7 +10,7 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
   libssl-dev openssl
   libhyperscan-dev libre2-dev
-  zlib1g-dev libbrotli-dev libzstd-dev libutf8proc-dev
+  zlib1g-dev libbrotli-dev libzstd-dev libutf8proc-dev libicu-dev
   libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   curl python3 nodejs

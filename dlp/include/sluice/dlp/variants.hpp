@@ -1,0 +1,146 @@
+// The variant pipeline: scans bytes as they are, then the decoded variants hiding inside
+// them (base64, hex, percent, JSON/JS escapes, HTML entities, Unicode look-alikes,
+// gzip/zlib blobs), chained up to a depth limit, plus Content-Encoding and extraction by
+// Content-Type for bodies and the parts of a URL. Every finding names its location and
+// the chain of decoders that revealed it. Work is bounded by a per-message budget; going
+// over it is a result (`variant_status::over_budget`), never a silent skip.
+//
+// Thread safety: a variant_scanner is used by one thread (it drives a detectors::scanner,
+// which is per thread). protected_values is immutable after compile and shared freely.
+// Nothing here throws across the API except std::bad_alloc from the std containers used
+// for output; callers (the inspector) treat an exception as fail-closed.
+#pragma once
+
+#include "sluice/detectors/finding.hpp"
+#include "sluice/detectors/scanner.hpp"
+
+#include <cstddef>
+#include <expected>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::dlp {
+
+/// Exact operator-configured secrets (CONTRACT.md `protected_values`), compiled into one
+/// Hyperscan literal database. Findings have rule id "protected-value", category
+/// "protected", confidence 1.
+class protected_values {
+public:
+    /// Compiles the values (empty ones are skipped; values shorter than 4 bytes are
+    /// rejected because they would match everywhere). Error text never contains a value.
+    static std::expected<std::shared_ptr<const protected_values>, std::string>
+    compile(const std::vector<std::string>& values);
+    ~protected_values();
+    protected_values(const protected_values&) = delete;
+    protected_values& operator=(const protected_values&) = delete;
+
+    struct impl;
+    explicit protected_values(std::unique_ptr<impl> p);
+    const impl& get() const noexcept { return *impl_; }
+
+private:
+    std::unique_ptr<impl> impl_;
+};
+
+/// Limits per message (one variant_scanner, or between reset() calls).
+struct variant_budget {
+    std::size_t max_depth = 4; ///< decoders chained on one path (pct>pct>pct>base64)
+    /// Absolute cap on bytes produced by all decoders together (Content-Encoding included).
+    std::size_t max_decoded_bytes = 64u << 20;
+    /// Relative cap: decoded bytes <= decoded_floor + decoded_ratio * input bytes.
+    std::size_t decoded_ratio = 16;
+    std::size_t decoded_floor = 1u << 20;
+    /// Decoder invocations (candidate runs tried), all depths.
+    std::size_t max_candidates = 1u << 20;
+};
+
+struct variant_options {
+    bool decoders = true; ///< false: raw scan only (`sluice scan --no-variants`)
+    variant_budget budget;
+    std::shared_ptr<const protected_values> protect; ///< may be null
+};
+
+enum class variant_status {
+    ok,
+    over_budget,   ///< a budget was exceeded: deny 413 `decode_budget`
+    bad_encoding,  ///< unknown or malformed Content-Encoding: deny 400 `bad_request`
+    scanner_error, ///< Hyperscan internal error: deny 500 `internal`
+};
+
+struct variant_finding {
+    detectors::finding f; ///< begin/end relative to the buffer the decoder chain produced
+    std::string location; ///< as given to the scan call ("url", "header:x", "body")
+    /// "raw", or the steps joined by '>': location-level steps first (content codings
+    /// "gzip", extractions "json", "form", "multipart", "sse", "path", "query", "host"),
+    /// then decoders "base64", "hex", "pct", "escape", "html", "qp", "unicode", "gzip"
+    /// ("gzip>json>base64"). Never contains input bytes.
+    std::string variant;
+    /// Byte range in the outermost buffer of the location (the raw data, or the
+    /// content-decoded / extracted buffer for location-level steps) that holds the
+    /// wrapped secret: for "raw" exactly the secret, for decoded variants the whole
+    /// candidate run it was decoded from.
+    std::size_t offset = 0;
+    std::size_t length = 0;
+};
+
+class variant_scanner {
+public:
+    /// `s` must outlive this object.
+    explicit variant_scanner(detectors::scanner& s, variant_options o = {});
+    ~variant_scanner();
+    variant_scanner(const variant_scanner&) = delete;
+    variant_scanner& operator=(const variant_scanner&) = delete;
+
+    /// Any text (a header value, a file): raw and every decoded variant.
+    variant_status scan(std::string_view data, std::string_view location,
+                        std::vector<variant_finding>& out);
+
+    /// A request target (origin-form or absolute) and the destination host: the raw
+    /// target, then its path segments, query names and values (percent-decoded) and the
+    /// host labels joined without dots. Location "url".
+    variant_status scan_url(std::string_view target, std::string_view host,
+                            std::vector<variant_finding>& out);
+
+    /// A whole request body: Content-Encoding undone (stacked codings in reverse order;
+    /// unknown or malformed -> bad_encoding; over budget -> over_budget), then scanned as
+    /// text and extracted by Content-Type (JSON strings and keys, form names and values,
+    /// multipart parts with their Content-Transfer-Encoding, event-stream data). Location
+    /// "body".
+    variant_status scan_body(std::string_view body, std::string_view content_type,
+                             std::string_view content_encoding, std::vector<variant_finding>& out);
+
+    /// Starts a new message: budget counters back to zero.
+    void reset() noexcept;
+
+    /// Work counters since the last reset (for benchmarks and stats).
+    struct stats {
+        std::size_t input_bytes = 0;
+        std::size_t decoded_bytes = 0;
+        std::size_t candidates = 0;
+        std::size_t scanned_variants = 0; ///< decoded buffers that were scanned
+    };
+    const stats& counters() const noexcept { return stats_; }
+
+private:
+    struct ctx;
+    variant_status process(std::string_view data, std::string& chain, std::size_t depth,
+                           std::size_t outer_off, std::size_t outer_len, ctx& c);
+    variant_status scan_buffer(std::string_view data, const std::string& chain,
+                               std::size_t outer_off, std::size_t outer_len, ctx& c);
+    variant_status candidates(std::string_view data, std::string& chain, std::size_t depth,
+                              std::size_t outer_off, std::size_t outer_len, ctx& c);
+    variant_status try_decoded(std::string_view decoded, std::string_view step, std::string& chain,
+                               std::size_t depth, std::size_t off, std::size_t len, ctx& c);
+    bool charge(std::size_t decoded_bytes) noexcept;
+    std::size_t decode_room() const noexcept;
+
+    detectors::scanner& scanner_;
+    variant_options opts_;
+    stats stats_;
+    std::vector<detectors::finding> scratch_;
+    void* hs_scratch_ = nullptr; ///< Hyperscan scratch for opts_.protect
+};
+
+} // namespace sluice::dlp

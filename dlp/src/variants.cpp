@@ -1,0 +1,848 @@
+// The variant pipeline. The raw pass is one scanner call, exactly as without variants;
+// everything else is driven by one cheap pass over the bytes with a 256-entry class
+// table that finds candidate runs (base64/hex alphabet runs of 16+ bytes, and the
+// regions around '%', '\\' and '&' escapes, and non-ASCII text). Only those runs are
+// decoded, and binary-looking base64/hex output is dropped unless it is a gzip/zlib
+// stream, so the cost on ordinary text stays a fraction of the raw scan.
+#include "sluice/dlp/variants.hpp"
+
+#include "sluice/dlp/decode.hpp"
+
+#include <boost/json.hpp>
+#include <hs/hs.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <limits>
+#include <unordered_set>
+
+namespace sluice::dlp {
+
+// ---------------------------------------------------------------------------------------
+// protected values
+
+struct protected_values::impl {
+    hs_database_t* db = nullptr;
+    std::vector<std::size_t> lengths;
+    std::vector<std::string> fingerprints;
+    ~impl() { hs_free_database(db); }
+};
+
+protected_values::protected_values(std::unique_ptr<impl> p)
+    : impl_(std::move(p)) {}
+protected_values::~protected_values() = default;
+
+std::expected<std::shared_ptr<const protected_values>, std::string>
+protected_values::compile(const std::vector<std::string>& values) {
+    auto p = std::make_unique<impl>();
+    std::vector<const char*> exprs;
+    std::vector<std::size_t> lens;
+    std::vector<unsigned> flags;
+    std::vector<unsigned> ids;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        const auto& v = values[i];
+        if (v.empty())
+            continue;
+        if (v.size() < 4)
+            return std::unexpected("protected value #" + std::to_string(i + 1) +
+                                   " is shorter than 4 bytes");
+        exprs.push_back(v.data());
+        lens.push_back(v.size());
+        flags.push_back(HS_FLAG_SINGLEMATCH);
+        ids.push_back(static_cast<unsigned>(p->lengths.size()));
+        p->lengths.push_back(v.size());
+        p->fingerprints.push_back(detectors::fingerprint(v));
+    }
+    if (!exprs.empty()) {
+        hs_compile_error_t* err = nullptr;
+        if (hs_compile_lit_multi(exprs.data(), flags.data(), ids.data(), lens.data(),
+                                 static_cast<unsigned>(exprs.size()), HS_MODE_BLOCK, nullptr,
+                                 &p->db, &err) != HS_SUCCESS) {
+            // The message names no value (Hyperscan reports the expression index only).
+            std::string msg = "protected values: cannot compile (";
+            msg += err && err->message ? "hyperscan error" : "unknown error";
+            msg += ")";
+            hs_free_compile_error(err);
+            return std::unexpected(msg);
+        }
+    }
+    return std::shared_ptr<const protected_values>(new protected_values(std::move(p)));
+}
+
+// ---------------------------------------------------------------------------------------
+// classification
+
+namespace {
+
+constexpr unsigned char k_b64 = 1;      // A-Z a-z 0-9 + / - _
+constexpr unsigned char k_hex = 2;      // 0-9 a-f A-F
+constexpr unsigned char k_trigger = 4;  // % \ &
+constexpr unsigned char k_nonascii = 8; // >= 0x80
+
+constexpr std::array<unsigned char, 256> make_classes() {
+    std::array<unsigned char, 256> t{};
+    for (int c = 'A'; c <= 'Z'; ++c)
+        t[c] |= k_b64;
+    for (int c = 'a'; c <= 'z'; ++c)
+        t[c] |= k_b64;
+    for (int c = '0'; c <= '9'; ++c)
+        t[c] |= k_b64 | k_hex;
+    for (int c = 'a'; c <= 'f'; ++c)
+        t[c] |= k_hex;
+    for (int c = 'A'; c <= 'F'; ++c)
+        t[c] |= k_hex;
+    t['+'] |= k_b64;
+    t['/'] |= k_b64;
+    t['-'] |= k_b64;
+    t['_'] |= k_b64;
+    t['%'] |= k_trigger;
+    t['\\'] |= k_trigger;
+    t['&'] |= k_trigger;
+    for (int c = 0x80; c < 256; ++c)
+        t[c] |= k_nonascii;
+    return t;
+}
+constexpr auto cls = make_classes();
+
+constexpr std::size_t min_run = 16;      // shortest base64 run worth decoding
+constexpr std::size_t min_hex_run = 32;  // 16 decoded bytes
+constexpr std::size_t min_hex_pairs = 8; // delimited hex
+constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
+
+bool is_hex(unsigned char c) noexcept {
+    return (cls[c] & k_hex) != 0;
+}
+
+bool is_space(unsigned char c) noexcept {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// Token delimiters for percent and entity regions.
+bool is_token_delim(unsigned char c) noexcept {
+    return is_space(c) || c == '"' || c == '\'' || c == '<' || c == '>' || c == '`';
+}
+// Escape regions span a whole string literal, spaces included ("BEGIN RSA PRIVATE KEY").
+bool is_escape_delim(unsigned char c) noexcept {
+    return c == '"' || c == '\'' || c == '<' || c == '>' || c == '`' || c == '\n' || c == '\r';
+}
+
+// Decoded base64/hex is worth scanning when it reads as text (secrets are ASCII) or is a
+// compressed stream we can open.
+bool mostly_printable(std::string_view d) noexcept {
+    if (d.size() < 8)
+        return false;
+    std::size_t ok = 0;
+    for (const char ch : d) {
+        const auto c = static_cast<unsigned char>(ch);
+        ok += (c >= 0x20 && c < 0x7f) || c == '\n' || c == '\r' || c == '\t';
+    }
+    return ok * 5 >= d.size() * 4;
+}
+
+std::string lower(std::string_view s) {
+    std::string out(s);
+    for (auto& ch : out)
+        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return out;
+}
+
+std::string_view trim(std::string_view s) noexcept {
+    while (!s.empty() && is_space(static_cast<unsigned char>(s.front())))
+        s.remove_prefix(1);
+    while (!s.empty() && is_space(static_cast<unsigned char>(s.back())))
+        s.remove_suffix(1);
+    return s;
+}
+
+// A media-type parameter (boundary=...), quotes removed.
+std::string param(std::string_view content_type, std::string_view name) {
+    std::size_t pos = content_type.find(';');
+    while (pos != std::string_view::npos) {
+        const std::size_t next = content_type.find(';', pos + 1);
+        std::string_view kv = trim(content_type.substr(pos + 1, next - pos - 1));
+        const std::size_t eq = kv.find('=');
+        if (eq != std::string_view::npos && lower(trim(kv.substr(0, eq))) == name) {
+            std::string_view v = trim(kv.substr(eq + 1));
+            if (v.size() >= 2 && v.front() == '"' && v.back() == '"')
+                v = v.substr(1, v.size() - 2);
+            return std::string(v);
+        }
+        pos = next;
+    }
+    return {};
+}
+
+void collect_json(const boost::json::value& root, std::string& out) {
+    std::vector<const boost::json::value*> stack{&root};
+    while (!stack.empty()) {
+        const auto* v = stack.back();
+        stack.pop_back();
+        if (v->is_string()) {
+            out.append(v->get_string().data(), v->get_string().size());
+            out += '\n';
+        } else if (v->is_array()) {
+            for (const auto& e : v->get_array())
+                stack.push_back(&e);
+        } else if (v->is_object()) {
+            for (const auto& kv : v->get_object()) {
+                out.append(kv.key().data(), kv.key().size());
+                out += '\n';
+                stack.push_back(&kv.value());
+            }
+        }
+    }
+}
+
+struct hs_scratch_closer {
+    void operator()(hs_scratch_t* s) const noexcept { hs_free_scratch(s); }
+};
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------
+// scanner
+
+struct variant_scanner::ctx {
+    std::string_view location;
+    std::vector<variant_finding>* out = nullptr;
+    std::unordered_set<std::string> seen; // rule '\0' fingerprint
+    std::string tmp;
+};
+
+variant_scanner::variant_scanner(detectors::scanner& s, variant_options o)
+    : scanner_(s)
+    , opts_(std::move(o)) {}
+
+variant_scanner::~variant_scanner() {
+    if (hs_scratch_)
+        hs_free_scratch(static_cast<hs_scratch_t*>(hs_scratch_));
+}
+
+void variant_scanner::reset() noexcept {
+    stats_ = {};
+}
+
+std::size_t variant_scanner::decode_room() const noexcept {
+    const auto& b = opts_.budget;
+    std::size_t rel = npos;
+    if (b.decoded_ratio == 0 || stats_.input_bytes <= (npos - b.decoded_floor) / b.decoded_ratio)
+        rel = b.decoded_floor + b.decoded_ratio * stats_.input_bytes;
+    const std::size_t cap = std::min(rel, b.max_decoded_bytes);
+    return cap > stats_.decoded_bytes ? cap - stats_.decoded_bytes : 0;
+}
+
+bool variant_scanner::charge(std::size_t n) noexcept {
+    if (n > decode_room())
+        return false;
+    stats_.decoded_bytes += n;
+    return true;
+}
+
+variant_status variant_scanner::scan_buffer(std::string_view data, const std::string& chain,
+                                            std::size_t outer_off, std::size_t outer_len, ctx& c) {
+    scratch_.clear();
+    if (!scanner_.scan(data, scratch_))
+        return variant_status::scanner_error;
+    if (opts_.protect && opts_.protect->get().db) {
+        const auto& pv = opts_.protect->get();
+        if (!hs_scratch_) {
+            hs_scratch_t* s = nullptr;
+            if (hs_alloc_scratch(pv.db, &s) != HS_SUCCESS)
+                return variant_status::scanner_error;
+            hs_scratch_ = s;
+        }
+        struct hit_ctx {
+            const protected_values::impl* pv;
+            std::vector<detectors::finding>* out;
+        } hc{&pv, &scratch_};
+        const auto on_match = [](unsigned id, unsigned long long, unsigned long long to, unsigned,
+                                 void* p) -> int {
+            auto* h = static_cast<hit_ctx*>(p);
+            detectors::finding f;
+            f.rule_id = "protected-value";
+            f.category = "protected";
+            f.end = static_cast<std::size_t>(to);
+            f.begin = f.end - h->pv->lengths[id];
+            f.confidence = 1.0;
+            f.fingerprint = h->pv->fingerprints[id];
+            h->out->push_back(std::move(f));
+            return 0;
+        };
+        if (hs_scan(pv.db, data.data(), static_cast<unsigned>(data.size()), 0,
+                    static_cast<hs_scratch_t*>(hs_scratch_), on_match, &hc) != HS_SUCCESS)
+            return variant_status::scanner_error;
+    }
+    for (auto& f : scratch_) {
+        std::string key = f.rule_id;
+        key += '\0';
+        key += f.fingerprint;
+        if (!c.seen.insert(std::move(key)).second)
+            continue; // already reported through a shorter chain
+        variant_finding v;
+        v.location = std::string(c.location);
+        v.variant = chain.empty() ? "raw" : chain;
+        if (outer_len == npos) {
+            v.offset = f.begin;
+            v.length = f.end >= f.begin ? f.end - f.begin : 0;
+        } else {
+            v.offset = outer_off;
+            v.length = outer_len;
+        }
+        v.f = std::move(f);
+        c.out->push_back(std::move(v));
+    }
+    return variant_status::ok;
+}
+
+variant_status variant_scanner::process(std::string_view data, std::string& chain,
+                                        std::size_t depth, std::size_t outer_off,
+                                        std::size_t outer_len, ctx& c) {
+    if (depth > 0)
+        ++stats_.scanned_variants;
+    auto st = scan_buffer(data, chain, outer_off, outer_len, c);
+    if (st != variant_status::ok || !opts_.decoders || depth >= opts_.budget.max_depth)
+        return st;
+    return candidates(data, chain, depth, outer_off, outer_len, c);
+}
+
+variant_status variant_scanner::try_decoded(std::string_view decoded, std::string_view step,
+                                            std::string& chain, std::size_t depth, std::size_t off,
+                                            std::size_t len, ctx& c) {
+    const std::size_t saved = chain.size();
+    if (!chain.empty())
+        chain += '>';
+    chain += step;
+    auto st = process(decoded, chain, depth + 1, off, len, c);
+    chain.resize(saved);
+    return st;
+}
+
+variant_status variant_scanner::candidates(std::string_view data, std::string& chain,
+                                           std::size_t depth, std::size_t outer_off,
+                                           std::size_t outer_len, ctx& c) {
+    const auto* d = reinterpret_cast<const unsigned char*>(data.data());
+    const std::size_t n = data.size();
+    std::string decoded;
+    std::string inflated;
+    // Where a candidate's own range maps in the outermost buffer.
+    const auto where = [&](std::size_t b, std::size_t e) {
+        return outer_len == npos ? std::pair{b, e - b} : std::pair{outer_off, outer_len};
+    };
+    const auto count = [&]() { return ++stats_.candidates <= opts_.budget.max_candidates; };
+    // Binary decoders (base64, hex): open compressed streams, drop binary noise.
+    const auto binary = [&](std::string_view step, std::size_t b, std::size_t e,
+                            bool& useful) -> variant_status {
+        useful = false;
+        if (!charge(decoded.size()))
+            return variant_status::over_budget;
+        const auto [o, l] = where(b, e);
+        if (decode::looks_compressed(decoded)) {
+            const auto rc = decode::content("deflate", decoded, decode_room(), inflated);
+            const auto rg = rc == decode::inflate_status::error
+                                ? decode::content("gzip", decoded, decode_room(), inflated)
+                                : rc;
+            if (rg == decode::inflate_status::over_limit)
+                return variant_status::over_budget;
+            if (rg == decode::inflate_status::ok) {
+                if (!charge(inflated.size()))
+                    return variant_status::over_budget;
+                useful = true;
+                const std::size_t saved = chain.size();
+                if (!chain.empty())
+                    chain += '>';
+                chain += step;
+                std::string mine = std::move(inflated);
+                auto st = try_decoded(mine, "gzip", chain, depth + 1, o, l, c);
+                chain.resize(saved);
+                return st;
+            }
+        }
+        if (!mostly_printable(decoded))
+            return variant_status::ok;
+        useful = true;
+        std::string mine = std::move(decoded); // the recursion reuses `decoded`
+        return try_decoded(mine, step, chain, depth, o, l, c);
+    };
+
+    std::size_t i = 0;
+    std::size_t last_region_end = 0;
+    std::size_t na_begin = npos; // current non-ASCII region
+    std::size_t na_end = 0;
+    std::vector<std::pair<std::size_t, std::size_t>> na_regions;
+    while (i < n) {
+        const unsigned char cl = cls[d[i]];
+        if (cl == 0) {
+            ++i;
+            continue;
+        }
+        if (cl & k_b64) {
+            // Delimited hex "67:68:70" / "67-68" / "67 68".
+            if (i + 4 < n && is_hex(d[i]) && is_hex(d[i + 1]) &&
+                (d[i + 2] == ':' || d[i + 2] == '-' || d[i + 2] == ' ') && is_hex(d[i + 3]) &&
+                is_hex(d[i + 4]) && (i == 0 || !(cls[d[i - 1]] & k_b64))) {
+                const unsigned char delim = d[i + 2];
+                std::size_t k = i;
+                std::size_t pairs = 0;
+                while (k + 1 < n && is_hex(d[k]) && is_hex(d[k + 1])) {
+                    ++pairs;
+                    k += 2;
+                    if (k + 2 < n && d[k] == delim && is_hex(d[k + 1]) && is_hex(d[k + 2]))
+                        ++k;
+                    else
+                        break;
+                }
+                if (pairs >= min_hex_pairs && (k >= n || !is_hex(d[k]))) {
+                    if (!count())
+                        return variant_status::over_budget;
+                    if (decode::hex(data.substr(i, k - i), decoded)) {
+                        bool useful = false;
+                        auto st = binary("hex", i, k, useful);
+                        if (st != variant_status::ok)
+                            return st;
+                    }
+                    i = k;
+                    continue;
+                }
+            }
+            // A run of the base64 alphabets, continued across line breaks after lines of
+            // a multiple of 4 characters (MIME and PEM wrap at 64 or 76 columns).
+            std::size_t j = i;
+            std::size_t line_start = i;
+            bool all_hex = true;
+            bool has_sep = false;
+            for (;;) {
+                while (j < n && (cls[d[j]] & k_b64)) {
+                    all_hex = all_hex && is_hex(d[j]);
+                    has_sep = has_sep || d[j] == '/' || d[j] == '-' || d[j] == '_';
+                    ++j;
+                }
+                if (j < n && (d[j] == '\n' || d[j] == '\r')) {
+                    const std::size_t line = j - line_start;
+                    std::size_t k = j;
+                    if (d[k] == '\r')
+                        ++k;
+                    if (k < n && d[k] == '\n')
+                        ++k;
+                    if (line >= 40 && line % 4 == 0 && k < n && (cls[d[k]] & k_b64)) {
+                        all_hex = false;
+                        j = k;
+                        line_start = k;
+                        continue;
+                    }
+                }
+                break;
+            }
+            std::size_t end = j;
+            while (end < n && end - j < 2 && d[end] == '=')
+                ++end;
+            const std::size_t len = j - i;
+            if (all_hex && len >= min_hex_run && len % 2 == 0) {
+                if (!count())
+                    return variant_status::over_budget;
+                if (decode::hex(data.substr(i, len), decoded)) {
+                    bool useful = false;
+                    auto st = binary("hex", i, j, useful);
+                    if (st != variant_status::ok)
+                        return st;
+                }
+            } else if (!all_hex && len >= min_run) {
+                if (!count())
+                    return variant_status::over_budget;
+                bool useful = false;
+                if (decode::base64(data.substr(i, end - i), decoded)) {
+                    auto st = binary("base64", i, end, useful);
+                    if (st != variant_status::ok)
+                        return st;
+                }
+                if (!useful && has_sep) {
+                    // Misaligned by a prefix ("/upload/<base64>", "key-<base64>"): try
+                    // the separator-free pieces on their own.
+                    std::size_t p = i;
+                    while (p < j) {
+                        std::size_t q = p;
+                        while (q < j && d[q] != '/' && d[q] != '-' && d[q] != '_' && d[q] != '\n' &&
+                               d[q] != '\r')
+                            ++q;
+                        if (q - p >= min_run && !(p == i && q == j)) {
+                            if (!count())
+                                return variant_status::over_budget;
+                            const std::size_t qe = q == j ? end : q;
+                            if (decode::base64(data.substr(p, qe - p), decoded)) {
+                                bool u2 = false;
+                                auto st = binary("base64", p, qe, u2);
+                                if (st != variant_status::ok)
+                                    return st;
+                            }
+                        }
+                        p = q + 1;
+                    }
+                }
+            }
+            i = end > i ? end : i + 1;
+            continue;
+        }
+        if (cl & k_nonascii) {
+            // Extend to the surrounding whitespace-delimited token(s); merge nearby ones.
+            std::size_t b = i;
+            while (b > 0 && !is_space(d[b - 1]) && b > na_end)
+                --b;
+            std::size_t e = i;
+            while (e < n && !is_space(d[e]))
+                ++e;
+            if (na_begin != npos && b <= na_end + 64) {
+                na_end = e;
+            } else {
+                if (na_begin != npos)
+                    na_regions.emplace_back(na_begin, na_end);
+                na_begin = b;
+                na_end = e;
+            }
+            i = e;
+            continue;
+        }
+        // Triggers: '%', '\\', '&'.
+        const unsigned char t = d[i];
+        bool valid = false;
+        if (t == '%') {
+            valid = i + 2 < n && is_hex(d[i + 1]) && is_hex(d[i + 2]);
+        } else if (t == '\\') {
+            valid = i + 1 < n &&
+                    std::string_view("uxnrtbfv\"'\\/01234567").find(static_cast<char>(d[i + 1])) !=
+                        std::string_view::npos;
+        } else {
+            if (i + 2 < n && (d[i + 1] == '#' || std::isalpha(d[i + 1]))) {
+                const std::size_t semi = data.find(';', i + 1);
+                valid = semi != std::string_view::npos && semi - i <= 12;
+            }
+        }
+        if (!valid) {
+            ++i;
+            continue;
+        }
+        const bool esc = t == '\\';
+        std::size_t b = i;
+        while (b > last_region_end) {
+            const unsigned char p = d[b - 1];
+            if (esc ? is_escape_delim(p) && !(b >= 2 && d[b - 2] == '\\') : is_token_delim(p))
+                break;
+            --b;
+        }
+        std::size_t e = i;
+        while (e < n) {
+            if (esc && d[e] == '\\' && e + 1 < n) {
+                e += 2;
+                continue;
+            }
+            if (esc ? is_escape_delim(d[e]) : is_token_delim(d[e]))
+                break;
+            ++e;
+        }
+        last_region_end = e;
+        if (!count())
+            return variant_status::over_budget;
+        const std::string_view region = data.substr(b, e - b);
+        bool changed = false;
+        std::string_view step;
+        if (t == '%') {
+            changed = decode::percent(region, decoded);
+            step = "pct";
+        } else if (esc) {
+            changed = decode::js_escape(region, decoded);
+            step = "escape";
+        } else {
+            changed = decode::html_entities(region, decoded);
+            step = "html";
+        }
+        if (changed) {
+            if (!charge(decoded.size()))
+                return variant_status::over_budget;
+            const auto [o, l] = where(b, e);
+            std::string mine = std::move(decoded);
+            auto st = try_decoded(mine, step, chain, depth, o, l, c);
+            if (st != variant_status::ok)
+                return st;
+        }
+        i = e > i ? e : i + 1;
+    }
+    if (na_begin != npos)
+        na_regions.emplace_back(na_begin, na_end);
+    for (const auto& [b, e] : na_regions) {
+        if (!count())
+            return variant_status::over_budget;
+        if (decode::fold_unicode(data.substr(b, e - b), decoded)) {
+            if (!charge(decoded.size()))
+                return variant_status::over_budget;
+            const auto [o, l] = where(b, e);
+            std::string mine = std::move(decoded);
+            auto st = try_decoded(mine, "unicode", chain, depth, o, l, c);
+            if (st != variant_status::ok)
+                return st;
+        }
+    }
+    return variant_status::ok;
+}
+
+variant_status variant_scanner::scan(std::string_view data, std::string_view location,
+                                     std::vector<variant_finding>& out) {
+    stats_.input_bytes += data.size();
+    ctx c;
+    c.location = location;
+    c.out = &out;
+    std::string chain;
+    return process(data, chain, 0, 0, npos, c);
+}
+
+variant_status variant_scanner::scan_url(std::string_view target, std::string_view host,
+                                         std::vector<variant_finding>& out) {
+    stats_.input_bytes += target.size() + host.size();
+    ctx c;
+    c.location = "url";
+    c.out = &out;
+    std::string chain;
+    auto st = process(target, chain, 0, 0, npos, c);
+    if (st != variant_status::ok || !opts_.decoders)
+        return st;
+
+    const std::size_t qpos = target.find('?');
+    const std::string_view path = target.substr(0, qpos);
+    const std::string_view query =
+        qpos == std::string_view::npos ? std::string_view{} : target.substr(qpos + 1);
+    std::string buf;
+    std::string piece;
+    // Path segments, each percent-decoded, one per line.
+    if (path.find('%') != std::string_view::npos) {
+        std::size_t p = 0;
+        while (p <= path.size()) {
+            const std::size_t q = std::min(path.find('/', p), path.size());
+            decode::percent(path.substr(p, q - p), piece);
+            buf += piece;
+            buf += '\n';
+            p = q + 1;
+        }
+        if (!charge(buf.size()))
+            return variant_status::over_budget;
+        chain = "path";
+        st = process(buf, chain, 0, 0, npos, c);
+        if (st != variant_status::ok)
+            return st;
+    }
+    // Query names and values, form-decoded ('+' is a space), one per line.
+    if (query.find_first_of("%+") != std::string_view::npos) {
+        buf.clear();
+        std::size_t p = 0;
+        while (p <= query.size()) {
+            const std::size_t q = std::min(query.find('&', p), query.size());
+            const std::string_view pair = query.substr(p, q - p);
+            const std::size_t eq = pair.find('=');
+            decode::percent(pair.substr(0, eq), piece, true);
+            buf += piece;
+            buf += '\n';
+            if (eq != std::string_view::npos) {
+                decode::percent(pair.substr(eq + 1), piece, true);
+                buf += piece;
+                buf += '\n';
+            }
+            p = q + 1;
+        }
+        if (!charge(buf.size()))
+            return variant_status::over_budget;
+        chain = "query";
+        st = process(buf, chain, 0, 0, npos, c);
+        if (st != variant_status::ok)
+            return st;
+    }
+    // Host labels joined: every run of consecutive labels, without the dots, one per line
+    // (a key split across subdomain labels, whatever the registered domain is).
+    std::vector<std::string_view> labels;
+    for (std::size_t p = 0; p < host.size() && labels.size() < 16;) {
+        const std::size_t q = std::min(host.find('.', p), host.size());
+        labels.push_back(host.substr(p, q - p));
+        p = q + 1;
+    }
+    if (labels.size() >= 3) {
+        buf.clear();
+        for (std::size_t a = 0; a + 1 < labels.size(); ++a) {
+            std::string joined(labels[a]);
+            for (std::size_t b = a + 1; b < labels.size(); ++b) {
+                joined += labels[b];
+                buf += joined;
+                buf += '\n';
+            }
+        }
+        if (!charge(buf.size()))
+            return variant_status::over_budget;
+        chain = "host";
+        st = process(buf, chain, 0, 0, npos, c);
+    }
+    return st;
+}
+
+variant_status variant_scanner::scan_body(std::string_view body, std::string_view content_type,
+                                          std::string_view content_encoding,
+                                          std::vector<variant_finding>& out) {
+    stats_.input_bytes += body.size();
+    ctx c;
+    c.location = "body";
+    c.out = &out;
+    std::string chain;
+
+    // Content-Encoding: codings are listed in the order applied; undo from the last.
+    std::string decoded_body;
+    std::string_view data = body;
+    {
+        std::vector<std::string_view> codings;
+        std::size_t p = 0;
+        while (p < content_encoding.size()) {
+            const std::size_t q = std::min(content_encoding.find(',', p), content_encoding.size());
+            const std::string_view cd = trim(content_encoding.substr(p, q - p));
+            if (!cd.empty() && lower(cd) != "identity")
+                codings.push_back(cd);
+            p = q + 1;
+        }
+        std::string next;
+        for (auto it = codings.rbegin(); it != codings.rend(); ++it) {
+            const auto rc = decode::content(*it, data, decode_room(), next);
+            if (rc == decode::inflate_status::over_limit)
+                return variant_status::over_budget;
+            if (rc != decode::inflate_status::ok)
+                return variant_status::bad_encoding;
+            if (!charge(next.size()))
+                return variant_status::over_budget;
+            decoded_body.swap(next);
+            data = decoded_body;
+            if (!chain.empty())
+                chain += '>';
+            chain += lower(*it) == "x-gzip" ? "gzip" : lower(*it);
+        }
+    }
+    const std::string prefix = chain;
+
+    auto st = process(data, chain, 0, 0, npos, c);
+    if (st != variant_status::ok || !opts_.decoders)
+        return st;
+
+    const std::string ct = lower(trim(content_type.substr(0, content_type.find(';'))));
+    const auto step = [&](std::string_view name) {
+        chain = prefix;
+        if (!chain.empty())
+            chain += '>';
+        chain += name;
+    };
+    std::string buf;
+    if ((ct == "application/json" || (ct.size() > 5 && ct.ends_with("+json"))) &&
+        data.find('\\') != std::string_view::npos) {
+        // Escapes change the bytes; without them every string is already in the raw pass.
+        boost::system::error_code ec;
+        boost::json::value v = boost::json::parse(data, ec);
+        if (!ec) {
+            collect_json(v, buf);
+            if (!charge(buf.size()))
+                return variant_status::over_budget;
+            step("json");
+            st = process(buf, chain, 0, 0, npos, c);
+        }
+    } else if (ct == "application/x-www-form-urlencoded" &&
+               data.find_first_of("%+") != std::string_view::npos) {
+        std::string piece;
+        std::size_t p = 0;
+        while (p <= data.size()) {
+            const std::size_t q = std::min(data.find('&', p), data.size());
+            const std::string_view pair = data.substr(p, q - p);
+            const std::size_t eq = pair.find('=');
+            decode::percent(pair.substr(0, eq), piece, true);
+            buf += piece;
+            buf += '\n';
+            if (eq != std::string_view::npos) {
+                decode::percent(pair.substr(eq + 1), piece, true);
+                buf += piece;
+                buf += '\n';
+            }
+            p = q + 1;
+        }
+        if (!charge(buf.size()))
+            return variant_status::over_budget;
+        step("form");
+        st = process(buf, chain, 0, 0, npos, c);
+    } else if (ct == "multipart/form-data" || ct == "multipart/mixed" ||
+               ct == "multipart/related") {
+        const std::string boundary = param(content_type, "boundary");
+        if (!boundary.empty()) {
+            const std::string delim = "--" + boundary;
+            std::size_t p = data.find(delim);
+            std::string piece;
+            while (p != std::string_view::npos && st == variant_status::ok) {
+                std::size_t part = p + delim.size();
+                if (data.substr(part, 2) == "--")
+                    break;
+                const std::size_t next = data.find(delim, part);
+                std::string_view whole =
+                    data.substr(part, (next == std::string_view::npos ? data.size() : next) - part);
+                std::size_t hdr_end = whole.find("\r\n\r\n");
+                std::size_t body_at = hdr_end + 4;
+                if (hdr_end == std::string_view::npos) {
+                    hdr_end = whole.find("\n\n");
+                    body_at = hdr_end + 2;
+                }
+                if (hdr_end != std::string_view::npos) {
+                    const std::string headers = lower(whole.substr(0, hdr_end));
+                    std::string_view pbody = whole.substr(body_at);
+                    while (!pbody.empty() && (pbody.back() == '\n' || pbody.back() == '\r'))
+                        pbody.remove_suffix(1);
+                    const std::size_t cte = headers.find("content-transfer-encoding:");
+                    if (cte != std::string::npos) {
+                        std::string_view val = std::string_view(headers).substr(cte + 26);
+                        val = trim(val.substr(0, val.find('\n')));
+                        bool ok = false;
+                        std::string_view name;
+                        if (val == "base64") {
+                            ok = decode::base64(pbody, piece);
+                            name = "multipart>base64";
+                        } else if (val == "quoted-printable") {
+                            ok = decode::quoted_printable(pbody, piece);
+                            name = "multipart>qp";
+                        }
+                        if (ok) {
+                            if (!charge(piece.size()))
+                                return variant_status::over_budget;
+                            step(name);
+                            st = process(piece, chain, 0, 0, npos, c);
+                        }
+                    }
+                }
+                p = next;
+            }
+        }
+    } else if (ct == "text/event-stream") {
+        // Each event's data lines concatenated: a token split over two data: lines.
+        std::size_t p = 0;
+        bool any = false;
+        while (p < data.size()) {
+            std::size_t q = data.find('\n', p);
+            if (q == std::string_view::npos)
+                q = data.size();
+            std::string_view line = data.substr(p, q - p);
+            if (!line.empty() && line.back() == '\r')
+                line.remove_suffix(1);
+            if (line.empty()) {
+                buf += '\n'; // end of event
+            } else if (line.starts_with("data:")) {
+                line.remove_prefix(5);
+                if (!line.empty() && line.front() == ' ')
+                    line.remove_prefix(1);
+                buf += line;
+                any = true;
+            }
+            p = q + 1;
+        }
+        if (any) {
+            if (!charge(buf.size()))
+                return variant_status::over_budget;
+            step("sse");
+            st = process(buf, chain, 0, 0, npos, c);
+        }
+    }
+    return st;
+}
+
+} // namespace sluice::dlp
