@@ -37,8 +37,12 @@ verdict internal_error() {
 } // namespace
 
 inspector::inspector(const policy& p, detectors::scanner& s)
+    : inspector(p, s, variant_options{}) {}
+
+inspector::inspector(const policy& p, detectors::scanner& s, variant_options o)
     : policy_(p)
-    , scanner_(s) {
+    , scanner_(s)
+    , variants_(s, std::move(o)) {
     // Fingerprint the exact ignore values once, so a finding (which carries only a range
     // and a fingerprint) is matched without keeping or comparing the plain value per scan.
     for (const auto& e : policy_.dlp.ignore) {
@@ -97,6 +101,44 @@ bool inspector::scan_into(std::string_view data, std::string_view location,
     return true;
 }
 
+bool inspector::take(variant_status st, std::vector<variant_finding>& found,
+                     std::vector<finding_record>& out, verdict& failed) const {
+    switch (st) {
+    case variant_status::ok:
+        break;
+    case variant_status::over_budget:
+        failed.kind = verdict_kind::deny;
+        failed.status = 413;
+        failed.reason = "decode_budget";
+        return false;
+    case variant_status::bad_encoding:
+        failed.kind = verdict_kind::deny;
+        failed.status = 400;
+        failed.reason = "bad_request";
+        return false;
+    case variant_status::scanner_error:
+        failed = internal_error();
+        return false;
+    }
+    for (auto& v : found) {
+        // A decoded variant's bytes are gone by now; its fingerprint is of the decoded
+        // secret, which is what the ignore list holds.
+        if (!wanted(v.f) || ignored(v.f, {})) {
+            continue;
+        }
+        finding_record r;
+        r.rule = std::move(v.f.rule_id);
+        r.location = std::move(v.location);
+        r.variant = std::move(v.variant);
+        r.offset = v.offset;
+        r.length = v.length;
+        r.fingerprint = std::move(v.f.fingerprint);
+        out.push_back(std::move(r));
+    }
+    found.clear();
+    return true;
+}
+
 verdict inspector::decide(std::vector<finding_record> findings) const {
     verdict v;
     if (findings.empty()) {
@@ -125,18 +167,31 @@ verdict inspector::decide(std::vector<finding_record> findings) const {
 verdict inspector::on_head(const request_view& req) {
     try {
         std::vector<finding_record> findings;
-        if (!scan_into(req.target, "url", findings)) {
-            return internal_error();
+        std::vector<variant_finding> found;
+        verdict failed;
+        variants_.reset();
+        content_type_.clear();
+        content_encoding_.clear();
+        if (!take(variants_.scan_url(req.target, req.host, found), found, findings, failed)) {
+            return failed;
         }
         std::string location;
         for (const auto& h : req.headers) {
             if (iequals(h.name, "proxy-authorization")) {
                 continue;
             }
+            if (iequals(h.name, "content-type")) {
+                content_type_.assign(h.value);
+            } else if (iequals(h.name, "content-encoding")) {
+                if (!content_encoding_.empty()) {
+                    content_encoding_ += ", ";
+                }
+                content_encoding_ += h.value;
+            }
             location.assign("header:");
             location += lower(h.name);
-            if (!scan_into(h.value, location, findings)) {
-                return internal_error();
+            if (!take(variants_.scan(h.value, location, found), found, findings, failed)) {
+                return failed;
             }
         }
         return decide(std::move(findings));
@@ -155,8 +210,11 @@ verdict inspector::on_body(std::string_view body) {
             return v;
         }
         std::vector<finding_record> findings;
-        if (!scan_into(body, "body", findings)) {
-            return internal_error();
+        std::vector<variant_finding> found;
+        verdict failed;
+        if (!take(variants_.scan_body(body, content_type_, content_encoding_, found), found,
+                  findings, failed)) {
+            return failed;
         }
         return decide(std::move(findings));
     } catch (...) {

@@ -6,6 +6,7 @@
 
 #include "sluice/detectors/scanner.hpp"
 #include "sluice/dlp/policy.hpp"
+#include "sluice/dlp/variants.hpp"
 
 #include <cstddef>
 #include <span>
@@ -61,14 +62,22 @@ struct verdict {
 /// - findings with log: forward, findings kept for audit and metrics;
 /// - body over `dlp.max_body`: deny, 413 `body_too_large` (nothing is scanned);
 /// - the scanner failed (Hyperscan internal error) or an allocation failed: deny, 500
-///   `internal` — fail closed, never forward unscanned bytes.
+///   `internal` — fail closed, never forward unscanned bytes;
+/// - the decode budget (variants.hpp) was exceeded, including a decompression bomb:
+///   deny, 413 `decode_budget`;
+/// - the body's Content-Encoding is unknown or malformed: deny, 400 `bad_request`.
 /// Findings are filtered by `dlp.detectors` (rule id, category or "all") and `dlp.ignore`
-/// (same rule and the same value, compared by fingerprint). Offsets are relative to the
-/// location's data; variant is "raw" (decoded variants come with the decoder issue).
+/// (same rule and the same value, compared by fingerprint). Every location goes through
+/// the variant pipeline (variants.hpp): `variant` is "raw" or the decode chain, and
+/// offset/length are those of variant_finding (for decoded variants, the wrapped run in
+/// the outermost buffer). The body is decoded with the Content-Type and Content-Encoding
+/// seen by on_head.
 class inspector {
 public:
     /// `p` and `s` must outlive the inspector.
     inspector(const policy& p, detectors::scanner& s);
+    /// Same, with variant options (budget, protected values, decoders off).
+    inspector(const policy& p, detectors::scanner& s, variant_options o);
 
     /// Scans the target (location "url") and every header value (location
     /// "header:<lower-case name>"), except `Proxy-Authorization`, which is the proxy's own
@@ -85,12 +94,18 @@ private:
                    std::vector<finding_record>& out);
     bool wanted(const detectors::finding& f) const noexcept;
     bool ignored(const detectors::finding& f, std::string_view data) const;
+    /// Filters and converts pipeline findings; a non-ok status becomes its deny verdict.
+    bool take(variant_status st, std::vector<variant_finding>& found,
+              std::vector<finding_record>& out, verdict& failed) const;
 
     const policy& policy_;
     detectors::scanner& scanner_;
     std::vector<detectors::finding> scratch_;
     /// policy.dlp.ignore with each exact value replaced by its fingerprint.
     std::vector<std::pair<std::string, std::string>> ignore_fingerprints_;
+    variant_scanner variants_;
+    std::string content_type_;     ///< from on_head, for on_body
+    std::string content_encoding_; ///< from on_head (all Content-Encoding fields, joined)
 };
 
 } // namespace sluice::dlp
