@@ -22,4 +22,22 @@ std::string fingerprint(std::string_view value) {
     return out;
 }
 
+std::string key_material_fingerprint(std::string_view value) {
+    // Separators are not key material: the private-key rules allow them between base64
+    // groups, so the same key arrives with different ones depending on how it was pasted.
+    std::string canon;
+    canon.reserve(value.size());
+    for (std::size_t i = 0; i < value.size(); ++i) {
+        const char c = value[i];
+        if (c == ' ' || c == '\t' || c == '\r' || c == '\n')
+            continue;
+        if (c == '\\' && i + 1 < value.size() && (value[i + 1] == 'n' || value[i + 1] == 'r')) {
+            ++i;
+            continue;
+        }
+        canon.push_back(c);
+    }
+    return fingerprint(canon);
+}
+
 } // namespace sluice::detectors

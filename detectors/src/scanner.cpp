@@ -195,7 +195,10 @@ bool scanner::scan(std::string_view data, std::size_t report_from, std::size_t r
         f.begin = c.secret_begin;
         f.end = c.secret_end;
         f.confidence = r.confidence;
-        f.fingerprint = fingerprint(secret);
+        // Private keys are found multi-line, flattened or JSON-escaped; one key must keep
+        // one fingerprint across those forms (dlp.ignore, audit correlation).
+        f.fingerprint =
+            r.category == "private-key" ? key_material_fingerprint(secret) : fingerprint(secret);
         out.push_back(std::move(f));
     }
     std::sort(out.begin() + static_cast<std::ptrdiff_t>(first_out), out.end(),

@@ -1,7 +1,11 @@
 #include "sluice/detectors/validators.hpp"
 
+#include "detail/bip39_words.hpp"
+
+#include <openssl/evp.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cmath>
@@ -71,6 +75,33 @@ bool contains_icase(std::string_view hay, std::string_view needle) noexcept {
     return false;
 }
 
+// Parses exactly 8 hex digits. `upper` / `lower` select the accepted letter cases, so a
+// validator can insist on the case its issuer writes.
+bool parse_hex32(std::string_view hex, bool upper, bool lower, std::uint32_t& out) noexcept {
+    if (hex.size() != 8)
+        return false;
+    std::uint32_t v = 0;
+    for (const char c : hex) {
+        unsigned d = 0;
+        if (c >= '0' && c <= '9') {
+            d = static_cast<unsigned>(c - '0');
+        } else if (upper && c >= 'A' && c <= 'F') {
+            d = static_cast<unsigned>(c - 'A' + 10);
+        } else if (lower && c >= 'a' && c <= 'f') {
+            d = static_cast<unsigned>(c - 'a' + 10);
+        } else {
+            return false;
+        }
+        v = (v << 4) | d;
+    }
+    out = v;
+    return true;
+}
+
+bool is_alnum(char c) noexcept {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+
 } // namespace
 
 std::uint32_t crc32(std::string_view data) noexcept {
@@ -96,6 +127,106 @@ bool github_checksum_ok(std::string_view token) noexcept {
     char expect[6];
     base62_6(crc32(body.substr(0, 30)), expect);
     return std::memcmp(expect, body.data() + 30, 6) == 0;
+}
+
+bool bip39_ok(std::string_view phrase) noexcept {
+    const auto words = detail::bip39_english_words();
+    // 24 words x 11 bits = 264 bits = 33 bytes: entropy (up to 32 bytes) then checksum bits.
+    std::array<unsigned char, 33> bits{};
+    std::size_t nwords = 0;
+    std::size_t nbits = 0;
+    std::size_t i = 0;
+    while (i < phrase.size()) {
+        if (phrase[i] == ' ') {
+            ++i;
+            continue;
+        }
+        std::size_t j = i;
+        while (j < phrase.size() && phrase[j] != ' ')
+            ++j;
+        const std::size_t len = j - i;
+        if (len < 3 || len > 8 || nwords == 24)
+            return false;
+        // The rules match case-insensitively; the list is lower case.
+        char w[8];
+        for (std::size_t k = 0; k < len; ++k) {
+            char c = phrase[i + k];
+            if (c >= 'A' && c <= 'Z')
+                c = static_cast<char>(c - 'A' + 'a');
+            if (c < 'a' || c > 'z')
+                return false;
+            w[k] = c;
+        }
+        const std::string_view word(w, len);
+        const auto it = std::lower_bound(words.begin(), words.end(), word);
+        if (it == words.end() || *it != word)
+            return false;
+        const auto index = static_cast<unsigned>(it - words.begin());
+        for (int b = 10; b >= 0; --b) {
+            if ((index >> b) & 1U)
+                bits[nbits / 8] =
+                    static_cast<unsigned char>(bits[nbits / 8] | (0x80U >> (nbits % 8)));
+            ++nbits;
+        }
+        ++nwords;
+        i = j;
+    }
+    if (nwords < 12 || nwords % 3 != 0)
+        return false;
+    // ENT + ENT/32 = 11 * nwords, so the checksum is nwords/3 bits (4..8) and the entropy
+    // a whole number of bytes: the checksum bits are the top bits of the next byte.
+    const std::size_t cs = nwords / 3;
+    const std::size_t ent_bytes = (nbits - cs) / 8;
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int dlen = 0;
+    if (EVP_Digest(bits.data(), ent_bytes, digest, &dlen, EVP_sha256(), nullptr) != 1 || dlen < 1)
+        return false;
+    return (digest[0] >> (8 - cs)) == (bits[ent_bytes] >> (8 - cs));
+}
+
+bool grafana_checksum_ok(std::string_view token) noexcept {
+    // "gl" + service id + "_" + secret + "_" + checksum; the checksum covers everything
+    // before its "_" and is written as the CRC's bytes least significant first.
+    if (token.size() < 12 || token.substr(0, 2) != "gl" || token[token.size() - 9] != '_')
+        return false;
+    std::uint32_t got = 0;
+    if (!parse_hex32(token.substr(token.size() - 8), false, true, got))
+        return false;
+    const std::uint32_t crc = crc32(token.substr(0, token.size() - 9));
+    const std::uint32_t le =
+        ((crc & 0xffU) << 24) | ((crc & 0xff00U) << 8) | ((crc >> 8) & 0xff00U) | (crc >> 24);
+    return got == le;
+}
+
+bool cloudflare_checksum_ok(std::string_view token) noexcept {
+    const auto us = token.find('_');
+    if (us == std::string_view::npos)
+        return false;
+    const std::string_view prefix = token.substr(0, us);
+    if (prefix != "cfk" && prefix != "cfut" && prefix != "cfat")
+        return false;
+    const std::string_view body = token.substr(us + 1);
+    if (body.size() != 48)
+        return false;
+    std::uint32_t got = 0;
+    if (!parse_hex32(body.substr(40), false, true, got))
+        return false;
+    // The prefix is not covered: only the 40 random characters are.
+    return got == crc32(body.substr(0, 40));
+}
+
+bool atlassian_checksum_ok(std::string_view token) noexcept {
+    if (token.size() < 16)
+        return false;
+    const std::string_view covered = token.substr(0, token.size() - 8);
+    for (const char c : covered) {
+        if (!is_alnum(c) && c != '-' && c != '_' && c != '=')
+            return false;
+    }
+    std::uint32_t got = 0;
+    if (!parse_hex32(token.substr(token.size() - 8), true, true, got))
+        return false;
+    return got == crc32(covered);
 }
 
 bool pem_body_ok(std::string_view block) noexcept {
@@ -258,8 +389,9 @@ bool looks_like_placeholder(std::string_view s) noexcept {
 }
 
 bool is_known_validator(std::string_view name) noexcept {
-    static constexpr std::string_view known[] = {"",     "github", "npm",     "pem",        "jwt",
-                                                 "luhn", "iban",   "entropy", "placeholder"};
+    static constexpr std::string_view known[] = {
+        "",        "github",      "npm",   "pem",     "jwt",        "luhn",     "iban",
+        "entropy", "placeholder", "bip39", "grafana", "cloudflare", "atlassian"};
     for (const auto k : known) {
         if (k == name)
             return true;
@@ -282,6 +414,14 @@ bool validate(std::string_view name, std::string_view secret) noexcept {
         return iban_ok(secret);
     if (name == "placeholder")
         return !looks_like_placeholder(secret);
+    if (name == "bip39")
+        return bip39_ok(secret);
+    if (name == "grafana")
+        return grafana_checksum_ok(secret);
+    if (name == "cloudflare")
+        return cloudflare_checksum_ok(secret);
+    if (name == "atlassian")
+        return atlassian_checksum_ok(secret);
     if (name == "entropy") {
         return secret.size() >= 8 && !looks_like_placeholder(secret) &&
                shannon_entropy(secret) >= 3.0;

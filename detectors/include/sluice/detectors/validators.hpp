@@ -20,6 +20,22 @@
 //   "entropy"     generic secrets: not a placeholder and Shannon entropy >= 3.0 bits/char
 //                 with at least 8 characters.
 //   "placeholder" only the placeholder filter (no entropy threshold).
+//   "bip39"       BIP-39 mnemonic: 12, 15, 18, 21 or 24 words (single spaces, any letter
+//                 case) from the English word list, and the checksum holds: the last
+//                 N/3 bits of the 11-bit word indices equal the first N/3 bits of
+//                 SHA-256(entropy), N = word count (github.com/bitcoin/bips bip-0039).
+//   "grafana"     Grafana service account token glsa_<32 alnum>_<8 hex>: the hex is the
+//                 CRC-32 of "glsa_<32>" in little-endian byte order, lower case
+//                 (grafana/grafana pkg/components/satokengen/tokengen.go, CalculateChecksum).
+//   "cloudflare"  Cloudflare scannable credential cfk_ / cfut_ / cfat_ + 40 characters +
+//                 8 lower-case hex: the CRC-32 of the 40 characters, big-endian
+//                 (developers.cloudflare.com/fundamentals/api/get-started/token-formats/
+//                 states "40 characters and a CRC32 checksum"; the covered bytes and hex
+//                 encoding were established on publicly posted cfut_ tokens).
+//   "atlassian"   Atlassian API / access token ATATT3... / ATCTT3...: the last 8 characters
+//                 are upper-case hex of the CRC-32 of everything before them, '=' included
+//                 (DataDog/dd-sensitive-data-scanner atlassian_token_checksum.rs; checked
+//                 against publicly posted tokens of both prefixes).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +56,18 @@ std::uint32_t crc32(std::string_view data) noexcept;
 bool github_checksum_ok(std::string_view token) noexcept;
 /// 6-character base62 (0-9A-Za-z) encoding of `value`, left-padded with '0'.
 void base62_6(std::uint32_t value, char out[6]) noexcept;
+
+/// BIP-39 check: see "bip39" above. `phrase` is the words separated by single spaces.
+bool bip39_ok(std::string_view phrase) noexcept;
+
+/// Grafana service account token checksum: see "grafana" above. `token` is the whole token.
+bool grafana_checksum_ok(std::string_view token) noexcept;
+
+/// Cloudflare cfk_/cfut_/cfat_ checksum: see "cloudflare" above. `token` is the whole token.
+bool cloudflare_checksum_ok(std::string_view token) noexcept;
+
+/// Atlassian ATATT3/ATCTT3 checksum: see "atlassian" above. `token` is the whole token.
+bool atlassian_checksum_ok(std::string_view token) noexcept;
 
 /// PEM / OpenSSH / PGP private key body check: see "pem" above. `block` is the whole
 /// match from "-----BEGIN" to the END line.
