@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <unordered_set>
 
@@ -127,17 +129,37 @@ bool is_escape_delim(unsigned char c) noexcept {
     return c == '"' || c == '\'' || c == '<' || c == '>' || c == '`' || c == '\n' || c == '\r';
 }
 
-// Decoded base64/hex is worth scanning when it reads as text (secrets are ASCII) or is a
-// compressed stream we can open.
+// Decoded base64/hex is worth scanning when it reads as text (secrets are ASCII, but a
+// wrapped secret may carry look-alike or invisible UTF-8 characters) or is a compressed
+// stream we can open. Random binary is about 37% printable ASCII and rarely valid UTF-8.
 bool mostly_printable(std::string_view d) noexcept {
     if (d.size() < 8)
         return false;
     std::size_t ok = 0;
-    for (const char ch : d) {
-        const auto c = static_cast<unsigned char>(ch);
-        ok += (c >= 0x20 && c < 0x7f) || c == '\n' || c == '\r' || c == '\t';
+    const std::size_t n = d.size();
+    for (std::size_t i = 0; i < n;) {
+        const auto c = static_cast<unsigned char>(d[i]);
+        if (c < 0x80) {
+            ok += (c >= 0x20 && c < 0x7f) || c == '\n' || c == '\r' || c == '\t';
+            ++i;
+            continue;
+        }
+        // A well-formed multi-byte UTF-8 sequence (lead 0xC2-0xF4) counts as text.
+        const std::size_t len = c >= 0xC2 && c <= 0xDF   ? 2
+                                : c >= 0xE0 && c <= 0xEF ? 3
+                                : c >= 0xF0 && c <= 0xF4 ? 4
+                                                         : 0;
+        bool good = len != 0 && i + len <= n;
+        for (std::size_t k = 1; good && k < len; ++k)
+            good = (static_cast<unsigned char>(d[i + k]) & 0xC0) == 0x80;
+        if (good) {
+            ok += len;
+            i += len;
+        } else {
+            ++i;
+        }
     }
-    return ok * 5 >= d.size() * 4;
+    return ok * 5 >= n * 4;
 }
 
 std::string lower(std::string_view s) {
@@ -367,12 +389,9 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
 
     std::size_t i = 0;
     std::size_t last_region_end = 0;
-    std::size_t na_begin = npos; // current non-ASCII region
-    std::size_t na_end = 0;
-    std::vector<std::pair<std::size_t, std::size_t>> na_regions;
     while (i < n) {
         const unsigned char cl = cls[d[i]];
-        if (cl == 0) {
+        if ((cl & (k_b64 | k_trigger)) == 0) {
             ++i;
             continue;
         }
@@ -405,12 +424,16 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                     continue;
                 }
             }
-            // A run of the base64 alphabets, continued across line breaks after lines of
-            // a multiple of 4 characters (MIME and PEM wrap at 64 or 76 columns).
+            // A run of the base64 alphabets, continued across line breaks when the lines
+            // have one of the usual wrap widths (PEM 64, MIME 76, others 60 and 72), all
+            // full lines the same width.
             std::size_t j = i;
             std::size_t line_start = i;
+            std::size_t width = 0;
+            std::size_t first_line_end = npos;
             bool all_hex = true;
             bool has_sep = false;
+            bool wrapped = false;
             for (;;) {
                 while (j < n && (cls[d[j]] & k_b64)) {
                     all_hex = all_hex && is_hex(d[j]);
@@ -424,8 +447,13 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                         ++k;
                     if (k < n && d[k] == '\n')
                         ++k;
-                    if (line >= 40 && line % 4 == 0 && k < n && (cls[d[k]] & k_b64)) {
+                    const bool usual = line == 64 || line == 76 || line == 60 || line == 72;
+                    if (usual && (width == 0 || line == width) && k < n && (cls[d[k]] & k_b64)) {
+                        if (width == 0)
+                            first_line_end = j;
+                        width = line;
                         all_hex = false;
+                        wrapped = true;
                         j = k;
                         line_start = k;
                         continue;
@@ -455,9 +483,22 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                     if (st != variant_status::ok)
                         return st;
                 }
-                if (!useful && has_sep) {
-                    // Misaligned by a prefix ("/upload/<base64>", "key-<base64>"): try
-                    // the separator-free pieces on their own.
+                if (wrapped && useful) {
+                    // What looked like wrapping may be one line followed by unrelated
+                    // text ("--boundary"): the first line on its own too.
+                    if (!count())
+                        return variant_status::over_budget;
+                    if (decode::base64(data.substr(i, first_line_end - i), decoded)) {
+                        bool u2 = false;
+                        auto st = binary("base64", i, first_line_end, u2);
+                        if (st != variant_status::ok)
+                            return st;
+                    }
+                }
+                if (!useful && (has_sep || wrapped)) {
+                    // Misaligned by a prefix ("/upload/<base64>", "key-<base64>"), or a
+                    // line break that was not wrapping (a hex line, then "--boundary"):
+                    // try the pieces between separators on their own.
                     std::size_t p = i;
                     while (p < j) {
                         std::size_t q = p;
@@ -468,9 +509,16 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                             if (!count())
                                 return variant_status::over_budget;
                             const std::size_t qe = q == j ? end : q;
-                            if (decode::base64(data.substr(p, qe - p), decoded)) {
+                            bool piece_hex = (q - p) % 2 == 0 && q - p >= min_hex_run;
+                            for (std::size_t k = p; piece_hex && k < q; ++k)
+                                piece_hex = is_hex(d[k]);
+                            const bool ok = piece_hex
+                                                ? decode::hex(data.substr(p, q - p), decoded)
+                                                : decode::base64(data.substr(p, qe - p), decoded);
+                            if (ok) {
                                 bool u2 = false;
-                                auto st = binary("base64", p, qe, u2);
+                                auto st =
+                                    binary(piece_hex ? "hex" : "base64", p, piece_hex ? q : qe, u2);
                                 if (st != variant_status::ok)
                                     return st;
                             }
@@ -480,25 +528,6 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 }
             }
             i = end > i ? end : i + 1;
-            continue;
-        }
-        if (cl & k_nonascii) {
-            // Extend to the surrounding whitespace-delimited token(s); merge nearby ones.
-            std::size_t b = i;
-            while (b > 0 && !is_space(d[b - 1]) && b > na_end)
-                --b;
-            std::size_t e = i;
-            while (e < n && !is_space(d[e]))
-                ++e;
-            if (na_begin != npos && b <= na_end + 64) {
-                na_end = e;
-            } else {
-                if (na_begin != npos)
-                    na_regions.emplace_back(na_begin, na_end);
-                na_begin = b;
-                na_end = e;
-            }
-            i = e;
             continue;
         }
         // Triggers: '%', '\\', '&'.
@@ -565,9 +594,59 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         }
         i = e > i ? e : i + 1;
     }
+    // Non-ASCII text, found in a separate pass because escape regions above may span it:
+    // each whitespace-delimited token holding a byte >= 0x80, nearby ones merged.
+    std::vector<std::pair<std::size_t, std::size_t>> na_regions;
+    std::size_t na_begin = npos;
+    std::size_t na_end = 0;
+    for (std::size_t k = 0; k < n;) {
+        if (k + 8 <= n) {
+            std::uint64_t w;
+            std::memcpy(&w, d + k, 8);
+            if ((w & 0x8080808080808080ull) == 0) {
+                k += 8;
+                continue;
+            }
+        }
+        if (d[k] < 0x80) {
+            ++k;
+            continue;
+        }
+        std::size_t b = k;
+        while (b > 0 && !is_space(d[b - 1]) && b > na_end)
+            --b;
+        std::size_t e = k;
+        while (e < n && !is_space(d[e]))
+            ++e;
+        if (na_begin != npos && b <= na_end + 64) {
+            na_end = e;
+        } else {
+            if (na_begin != npos)
+                na_regions.emplace_back(na_begin, na_end);
+            na_begin = b;
+            na_end = e;
+        }
+        k = e;
+    }
     if (na_begin != npos)
         na_regions.emplace_back(na_begin, na_end);
+    // Context around folded text: a label in look-alike letters ("сard:") belongs with
+    // the ASCII value after it.
+    constexpr std::size_t context = 128;
+    for (auto& [b, e] : na_regions) {
+        b = b > context ? b - context : 0;
+        e = std::min(n, e + context);
+    }
+    for (std::size_t k = 1; k < na_regions.size(); ++k) {
+        auto& prev = na_regions[k - 1];
+        if (na_regions[k].first < prev.second) { // overlap: fold once
+            na_regions[k].first = prev.first;
+            prev = {0, 0};
+        }
+    }
     for (const auto& [b, e] : na_regions) {
+        if (e == b)
+            continue;
         if (!count())
             return variant_status::over_budget;
         if (decode::fold_unicode(data.substr(b, e - b), decoded)) {

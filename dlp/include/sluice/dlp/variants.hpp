@@ -46,7 +46,7 @@ private:
 
 /// Limits per message (one variant_scanner, or between reset() calls).
 struct variant_budget {
-    std::size_t max_depth = 4; ///< decoders chained on one path (pct>pct>pct>base64)
+    std::size_t max_depth = 5; ///< decoders chained on one path (pct>pct>pct>base64>gzip)
     /// Absolute cap on bytes produced by all decoders together (Content-Encoding included).
     std::size_t max_decoded_bytes = 64u << 20;
     /// Relative cap: decoded bytes <= decoded_floor + decoded_ratio * input bytes.

@@ -1,0 +1,639 @@
+// The variant pipeline over the real compiled built-in rules: planted tokens (each rule's
+// own first example, so nothing here depends on a string the test invents) under every
+// wrapping and every pair of wrappings, in each location the inspector sees; benign
+// look-alikes that must pass; a gzip bomb that must be refused with bounded memory.
+// Encoders here are the inverse operations, built on zlib and plain byte arithmetic.
+#include "sluice/config/rules_loader.hpp"
+#include "sluice/detectors/finding.hpp"
+#include "sluice/detectors/ruleset.hpp"
+#include "sluice/detectors/scanner.hpp"
+#include "sluice/dlp/decode.hpp"
+#include "sluice/dlp/inspector.hpp"
+#include "sluice/dlp/variants.hpp"
+
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <random>
+
+using namespace sluice;
+using namespace sluice::dlp;
+
+namespace {
+
+std::shared_ptr<const detectors::ruleset> builtin() {
+    static std::shared_ptr<const detectors::ruleset> rules = [] {
+        auto loaded = config::builtin_rules();
+        EXPECT_TRUE(loaded.has_value());
+        auto compiled =
+            detectors::ruleset::compile(loaded.value_or(std::vector<detectors::rule>{}));
+        EXPECT_TRUE(compiled.has_value());
+        return compiled.value_or(nullptr);
+    }();
+    return rules;
+}
+
+std::string first_example(std::string_view rule_id) {
+    auto loaded = config::builtin_rules();
+    if (!loaded)
+        return {};
+    for (const auto& r : *loaded)
+        if (r.id == rule_id && !r.examples.empty())
+            return r.examples.front();
+    return {};
+}
+
+// ---- encoders (the inverses of the decoders under test) ---------------------------------
+
+std::string b64(std::string_view in, bool url, bool pad, std::size_t wrap = 0) {
+    static constexpr char std_a[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    static constexpr char url_a[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const char* a = url ? url_a : std_a;
+    std::string out;
+    std::size_t i = 0;
+    for (; i + 3 <= in.size(); i += 3) {
+        const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
+                           (static_cast<unsigned char>(in[i + 1]) << 8) |
+                           static_cast<unsigned char>(in[i + 2]);
+        out += a[(v >> 18) & 63];
+        out += a[(v >> 12) & 63];
+        out += a[(v >> 6) & 63];
+        out += a[v & 63];
+    }
+    if (in.size() - i == 1) {
+        const unsigned v = static_cast<unsigned char>(in[i]) << 16;
+        out += a[(v >> 18) & 63];
+        out += a[(v >> 12) & 63];
+        if (pad)
+            out += "==";
+    } else if (in.size() - i == 2) {
+        const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
+                           (static_cast<unsigned char>(in[i + 1]) << 8);
+        out += a[(v >> 18) & 63];
+        out += a[(v >> 12) & 63];
+        out += a[(v >> 6) & 63];
+        if (pad)
+            out += '=';
+    }
+    if (wrap == 0)
+        return out;
+    std::string wrapped;
+    for (std::size_t p = 0; p < out.size(); p += wrap) {
+        if (p)
+            wrapped += "\r\n";
+        wrapped += out.substr(p, wrap);
+    }
+    return wrapped;
+}
+
+std::string hexenc(std::string_view in, std::string_view sep, std::string_view pre = {}) {
+    static constexpr char h[] = "0123456789abcdef";
+    std::string out;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        if (i)
+            out += sep;
+        out += pre;
+        out += h[static_cast<unsigned char>(in[i]) >> 4];
+        out += h[static_cast<unsigned char>(in[i]) & 15];
+    }
+    return out;
+}
+
+std::string pct_all(std::string_view in) {
+    static constexpr char h[] = "0123456789ABCDEF";
+    std::string out;
+    for (const char c : in) {
+        out += '%';
+        out += h[static_cast<unsigned char>(c) >> 4];
+        out += h[static_cast<unsigned char>(c) & 15];
+    }
+    return out;
+}
+
+// application/x-www-form-urlencoded / query value encoding of arbitrary bytes.
+std::string form_enc(std::string_view in) {
+    static constexpr char h[] = "0123456789ABCDEF";
+    std::string out;
+    for (const char ch : in) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+            out += ch;
+        } else {
+            out += '%';
+            out += h[c >> 4];
+            out += h[c & 15];
+        }
+    }
+    return out;
+}
+
+void utf8(std::uint32_t cp, std::string& out) {
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+}
+
+// Code points of well-formed UTF-8 (the test's own inputs).
+std::vector<std::uint32_t> code_points(std::string_view in) {
+    std::vector<std::uint32_t> out;
+    for (std::size_t i = 0; i < in.size();) {
+        const auto c = static_cast<unsigned char>(in[i]);
+        const std::size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        std::uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+        for (std::size_t k = 1; k < len && i + k < in.size(); ++k)
+            cp = (cp << 6) | (static_cast<unsigned char>(in[i + k]) & 0x3F);
+        out.push_back(cp);
+        i += len;
+    }
+    return out;
+}
+
+// JSON \uXXXX escapes for every code point (surrogate pairs above U+FFFF).
+std::string js_u(std::string_view in) {
+    static constexpr char h[] = "0123456789abcdef";
+    std::string out;
+    const auto unit = [&](std::uint32_t u) {
+        out += "\\u";
+        for (int shift = 12; shift >= 0; shift -= 4)
+            out += h[(u >> shift) & 15];
+    };
+    for (const auto cp : code_points(in)) {
+        if (cp >= 0x10000) {
+            unit(0xD800 + ((cp - 0x10000) >> 10));
+            unit(0xDC00 + ((cp - 0x10000) & 0x3FF));
+        } else {
+            unit(cp);
+        }
+    }
+    return out;
+}
+
+std::string html_enc(std::string_view in) {
+    std::string out;
+    char buf[16];
+    for (const auto cp : code_points(in)) {
+        std::snprintf(buf, sizeof buf, "&#x%x;", cp);
+        out += buf;
+    }
+    return out;
+}
+
+// U+200B ZERO WIDTH SPACE between code points (not inside line breaks).
+std::string zero_width(std::string_view in) {
+    std::string out;
+    const auto cps = code_points(in);
+    for (std::size_t i = 0; i < cps.size(); ++i) {
+        utf8(cps[i], out);
+        if (i + 1 < cps.size() && cps[i] != '\n')
+            utf8(0x200B, out);
+    }
+    return out;
+}
+
+std::string full_width(std::string_view in) {
+    std::string out;
+    for (const char ch : in) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c > 0x20 && c < 0x7f)
+            utf8(0xFF01 + (c - 0x21), out);
+        else
+            out += ch;
+    }
+    return out;
+}
+
+// Cyrillic and Greek letters that look like Latin ones.
+std::string homoglyphs(std::string_view in) {
+    static const std::map<char, std::uint32_t> m = {
+        {'a', 0x0430}, {'c', 0x0441}, {'e', 0x0435}, {'o', 0x043E}, {'p', 0x0440},
+        {'x', 0x0445}, {'y', 0x0443}, {'A', 0x0391}, {'B', 0x0392}, {'E', 0x0395},
+        {'H', 0x0397}, {'K', 0x039A}, {'M', 0x039C}, {'O', 0x039F}, {'T', 0x03A4},
+    };
+    std::string out;
+    for (const char ch : in) {
+        auto it = m.find(ch);
+        if (it != m.end())
+            utf8(it->second, out);
+        else
+            out += ch;
+    }
+    return out;
+}
+
+std::string gzip(std::string_view in) {
+    z_stream zs{};
+    EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    std::string out(deflateBound(&zs, static_cast<uLong>(in.size())) + 32, '\0');
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+    zs.avail_in = static_cast<uInt>(in.size());
+    zs.next_out = reinterpret_cast<Bytef*>(out.data());
+    zs.avail_out = static_cast<uInt>(out.size());
+    EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    out.resize(zs.total_out);
+    deflateEnd(&zs);
+    return out;
+}
+
+struct wrapping {
+    std::string name;
+    std::function<std::string(std::string_view)> apply;
+};
+
+// Wrappings that compose; the pairs are taken over this list.
+const std::vector<wrapping>& base_wrappings() {
+    static const std::vector<wrapping> w = {
+        {"base64", [](std::string_view s) { return b64(s, false, true); }},
+        {"base64url-nopad", [](std::string_view s) { return b64(s, true, false); }},
+        {"base64-wrap76", [](std::string_view s) { return b64(s, false, true, 76); }},
+        {"hex", [](std::string_view s) { return hexenc(s, ""); }},
+        {"hex-colon", [](std::string_view s) { return hexenc(s, ":"); }},
+        {"hex-backslash-x", [](std::string_view s) { return hexenc(s, "", "\\x"); }},
+        {"pct", [](std::string_view s) { return pct_all(s); }},
+        {"json-u", [](std::string_view s) { return js_u(s); }},
+        {"html", [](std::string_view s) { return html_enc(s); }},
+        {"zero-width", [](std::string_view s) { return zero_width(s); }},
+        {"full-width", [](std::string_view s) { return full_width(s); }},
+        {"homoglyph", [](std::string_view s) { return homoglyphs(s); }},
+        {"gzip-base64", [](std::string_view s) { return b64(gzip(s), false, true); }},
+    };
+    return w;
+}
+
+const std::vector<wrapping>& single_only() {
+    static const std::vector<wrapping> w = {
+        {"hex-dash", [](std::string_view s) { return hexenc(s, "-"); }},
+        {"hex-space", [](std::string_view s) { return hexenc(s, " "); }},
+        {"pct2", [](std::string_view s) { return pct_all(pct_all(s)); }},
+        {"pct3", [](std::string_view s) { return pct_all(pct_all(pct_all(s))); }},
+        {"base64-wrap64", [](std::string_view s) { return b64(s, false, true, 64); }},
+    };
+    return w;
+}
+
+struct planted {
+    std::string rule;
+    std::string text;
+};
+
+const std::vector<planted>& tokens() {
+    static const std::vector<planted> t = [] {
+        std::vector<planted> v;
+        for (const char* id :
+             {"github-pat-classic", "aws-access-key-id", "openai-project-key", "anthropic-api-key",
+              "slack-bot-token", "private-key-rsa", "credit-card-number"}) {
+            v.push_back({id, first_example(id)});
+        }
+        return v;
+    }();
+    return t;
+}
+
+// One JSON string literal (RFC 8259 escaping of quotes, backslashes and controls).
+std::string json_str(std::string_view s) {
+    std::string out = "\"";
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += ch;
+        } else if (c < 0x20) {
+            out += "\\u00" + hexenc(std::string(1, ch), "");
+        } else {
+            out += ch;
+        }
+    }
+    return out + "\"";
+}
+
+class variants_test : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_NE(builtin(), nullptr);
+        scanner_.emplace(builtin());
+        for (const auto& t : tokens())
+            ASSERT_FALSE(t.text.empty()) << t.rule << " has no example";
+    }
+
+    // The inspector's verdict over a whole request; findings of head and body joined.
+    verdict inspect(std::string_view target, std::string_view host,
+                    std::vector<header_view> headers, std::string_view body) {
+        inspector ins(pol_, *scanner_);
+        request_view req{"POST", target, host, 443, headers};
+        auto h = ins.on_head(req);
+        if (h.kind != verdict_kind::forward)
+            return h;
+        auto b = ins.on_body(body);
+        b.findings.insert(b.findings.begin(), h.findings.begin(), h.findings.end());
+        return b;
+    }
+
+    static bool has_rule(const verdict& v, std::string_view rule) {
+        for (const auto& f : v.findings)
+            if (f.rule == rule)
+                return true;
+        return false;
+    }
+
+    // Plants `wrapped` in each location; returns the names of those where `rule` was
+    // missed (empty: found everywhere).
+    std::vector<std::string> missed(std::string_view rule, const std::string& wrapped) {
+        std::vector<std::string> miss;
+        const auto check = [&](std::string_view where, const verdict& v) {
+            if (!(v.status == 403 && has_rule(v, rule)))
+                miss.push_back(std::string(where) + "(" + std::to_string(v.status) + " " +
+                               v.reason + ")");
+        };
+        check("json", inspect("/v1/x", "api.example.com", {{"Content-Type", "application/json"}},
+                              "{\"input\": " + json_str(wrapped) + "}"));
+        check("form", inspect("/v1/x", "api.example.com",
+                              {{"Content-Type", "application/x-www-form-urlencoded"}},
+                              "a=1&data=" + form_enc(wrapped) + "&b=2"));
+        const std::string mp = "--XyZ\r\nContent-Disposition: form-data; name=\"f\"; "
+                               "filename=\"notes.txt\"\r\nContent-Type: text/plain\r\n\r\n" +
+                               wrapped + "\r\n--XyZ--\r\n";
+        check("multipart", inspect("/upload", "api.example.com",
+                                   {{"Content-Type", "multipart/form-data; boundary=XyZ"}}, mp));
+        if (wrapped.find_first_of("\r\n") == std::string::npos) {
+            check("header", inspect("/v1/x", "api.example.com", {{"X-Data", wrapped}}, ""));
+        }
+        check("query",
+              inspect("/v1/search?q=" + form_enc(wrapped) + "&page=2", "api.example.com", {}, ""));
+        return miss;
+    }
+
+    policy pol_;
+    std::optional<detectors::scanner> scanner_;
+};
+
+std::string join(const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& s : v)
+        out += (out.empty() ? "" : ", ") + s;
+    return out;
+}
+
+} // namespace
+
+TEST_F(variants_test, planted_tokens_are_found_raw_in_every_location) {
+    for (const auto& t : tokens()) {
+        EXPECT_EQ(join(missed(t.rule, t.text)), "") << t.rule << " raw";
+    }
+}
+
+TEST_F(variants_test, every_single_wrapping_in_every_location) {
+    std::vector<wrapping> all = base_wrappings();
+    all.insert(all.end(), single_only().begin(), single_only().end());
+    for (const auto& t : tokens()) {
+        for (const auto& w : all) {
+            EXPECT_EQ(join(missed(t.rule, w.apply(t.text))), "") << t.rule << " " << w.name;
+        }
+    }
+}
+
+TEST_F(variants_test, every_pair_of_wrappings_in_every_location) {
+    for (const auto& t : tokens()) {
+        for (const auto& inner : base_wrappings()) {
+            for (const auto& outer : base_wrappings()) {
+                const std::string wrapped = outer.apply(inner.apply(t.text));
+                EXPECT_EQ(join(missed(t.rule, wrapped)), "")
+                    << t.rule << " " << inner.name << " then " << outer.name;
+            }
+        }
+    }
+}
+
+TEST_F(variants_test, finding_names_location_chain_and_outer_range) {
+    const std::string token = first_example("github-pat-classic");
+    const std::string prefix = "{\"a\": \"";
+    const std::string wrapped = b64(pct_all(token), false, true);
+    const std::string body = prefix + wrapped + "\"}";
+    auto v = inspect("/v1/x", "api.example.com", {}, body);
+    ASSERT_EQ(v.status, 403);
+    ASSERT_EQ(v.findings.size(), 1u);
+    const auto& f = v.findings[0];
+    EXPECT_EQ(f.location, "body");
+    EXPECT_EQ(f.variant, "base64>pct");
+    EXPECT_EQ(f.offset, prefix.size());
+    EXPECT_EQ(f.length, wrapped.size());
+    EXPECT_EQ(f.fingerprint, detectors::fingerprint(token.substr(0, 40)));
+
+    auto q = inspect("/v1/x?q=" + pct_all(pct_all(token)), "api.example.com", {}, "");
+    ASSERT_EQ(q.status, 403);
+    ASSERT_FALSE(q.findings.empty());
+    EXPECT_EQ(q.findings[0].location, "url");
+    EXPECT_EQ(q.findings[0].variant, "pct>pct");
+}
+
+TEST_F(variants_test, content_encodings_plain_and_stacked) {
+    const std::string token = first_example("github-pat-classic");
+    const std::string body = "{\"k\": \"" + token + "\"}";
+    auto g =
+        inspect("/v1/x", "api.example.com",
+                {{"Content-Type", "application/json"}, {"Content-Encoding", "gzip"}}, gzip(body));
+    EXPECT_EQ(g.status, 403);
+    ASSERT_FALSE(g.findings.empty());
+    EXPECT_EQ(g.findings[0].variant, "gzip");
+    // gzip applied twice (listed in order of application).
+    auto gg =
+        inspect("/v1/x", "api.example.com", {{"Content-Encoding", "gzip, gzip"}}, gzip(gzip(body)));
+    EXPECT_EQ(gg.status, 403);
+    // Clean gzip passes; a Content-Encoding we do not know is refused, never passed.
+    auto clean = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "gzip"}},
+                         gzip("{\"messages\": [\"hello\"]}"));
+    EXPECT_EQ(clean.status, 200);
+    EXPECT_TRUE(clean.findings.empty());
+    auto unknown = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "lzma"}}, body);
+    EXPECT_EQ(unknown.status, 400);
+    EXPECT_EQ(unknown.reason, "bad_request");
+    auto garbage = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "br"}}, body);
+    EXPECT_EQ(garbage.status, 400);
+}
+
+TEST_F(variants_test, multipart_transfer_encodings_and_event_stream) {
+    const std::string token = first_example("github-pat-classic");
+    const std::string qp_token = token.substr(0, 10) + "=\r\n" + token.substr(10);
+    for (const auto& [cte, enc] : std::vector<std::pair<std::string, std::string>>{
+             {"base64", b64(token + "\n", false, true, 76)}, {"quoted-printable", qp_token}}) {
+        const std::string mp = "--b\r\nContent-Disposition: form-data; name=\"x\"\r\n"
+                               "Content-Transfer-Encoding: " +
+                               cte + "\r\n\r\n" + enc + "\r\n--b--\r\n";
+        auto v = inspect("/u", "api.example.com",
+                         {{"Content-Type", "multipart/form-data; boundary=\"b\""}}, mp);
+        EXPECT_EQ(v.status, 403) << cte;
+    }
+    const std::string sse =
+        "event: x\ndata: " + token.substr(0, 20) + "\ndata: " + token.substr(20) + "\n\n";
+    auto s = inspect("/events", "api.example.com", {{"Content-Type", "text/event-stream"}}, sse);
+    EXPECT_EQ(s.status, 403);
+    ASSERT_FALSE(s.findings.empty());
+    EXPECT_EQ(s.findings[0].variant, "sse");
+}
+
+TEST_F(variants_test, key_split_across_host_labels) {
+    const std::string token = first_example("github-pat-classic");
+    const std::string host = token.substr(0, 20) + "." + token.substr(20) + ".exfil.example.com";
+    auto v = inspect("/", host, {}, "");
+    EXPECT_EQ(v.status, 403);
+    ASSERT_FALSE(v.findings.empty());
+    EXPECT_EQ(v.findings[0].variant, "host");
+}
+
+TEST_F(variants_test, benign_look_alikes_pass) {
+    std::mt19937 rng(42);
+    std::string png = "\x89PNG\r\n\x1a\n";
+    for (int i = 0; i < 3000; ++i)
+        png += static_cast<char>(rng() & 0xff);
+    std::string hashes;
+    for (int i = 0; i < 50; ++i) {
+        std::string raw;
+        for (int k = 0; k < 32; ++k)
+            raw += static_cast<char>(rng() & 0xff);
+        hashes += "sha256:" + hexenc(raw, "") + "\n";
+    }
+    std::string uuids;
+    for (int i = 0; i < 50; ++i) {
+        std::string raw;
+        for (int k = 0; k < 16; ++k)
+            raw += static_cast<char>(rng() & 0xff);
+        const std::string h = hexenc(raw, "");
+        uuids += h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" +
+                 h.substr(16, 4) + "-" + h.substr(20) + "\n";
+    }
+    const std::string js =
+        "!function(e,t){\"object\"==typeof exports&&\"undefined\"!=typeof module?module."
+        "exports=t():\"function\"==typeof define&&define.amd?define(t):(e=e||self).Vue=t()}"
+        "(this,function(){\"use strict\";var e=Object.freeze({});function t(e){return null=="
+        "e}function n(e){return null!=e}var r=/\\u0041bc\\x20[a-z]+/g,o=\"\\u00e9t\\u00e9\";"
+        "function getElementsByClassNameInternalHelper(e){return encodeURIComponent(e)."
+        "replace(/%20/g,\"+\")}";
+    const std::string cyrillic_greek =
+        "Привет, мир! Съешь же ещё этих мягких французских булок, да выпей чаю. "
+        "Ξεσκεπάζω την ψυχοφθόρα βδελυγμία. Καλημέρα κόσμε, αυτό είναι ένα κείμενο.";
+    const std::vector<std::pair<std::string, std::string>> bodies = {
+        {"png-data-uri", "{\"image\": \"data:image/png;base64," + b64(png, false, true) + "\"}"},
+        {"png-mime", b64(png, false, true, 76)},
+        {"hashes", hashes},
+        {"uuids", uuids},
+        {"minified-js", js},
+        {"cyrillic-greek", cyrillic_greek},
+        {"html", "<p>Tom &amp; Jerry &lt;3 &#x263A; caf&eacute; &#233;t&#233;</p>"},
+        {"url-encoded", "q=" + form_enc("hello world / search?x=1&y=caf\xc3\xa9")},
+    };
+    for (const auto& [name, body] : bodies) {
+        auto v = inspect("/v1/x", "api.example.com", {{"Content-Type", "application/json"}}, body);
+        EXPECT_EQ(v.status, 200) << name;
+        for (const auto& f : v.findings)
+            ADD_FAILURE() << name << ": " << f.rule << " via " << f.variant;
+        auto g = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "gzip"}}, gzip(body));
+        EXPECT_EQ(g.status, 200) << name << " gzip";
+    }
+}
+
+TEST_F(variants_test, protected_values_in_every_wrapping) {
+    const std::string secret = "my-internal-deploy-passphrase-7731";
+    auto pv = protected_values::compile({secret});
+    ASSERT_TRUE(pv.has_value());
+    variant_options o;
+    o.protect = *pv;
+    for (const auto& w : base_wrappings()) {
+        inspector ins(pol_, *scanner_, o);
+        const std::string body = "{\"note\": " + json_str(w.apply(secret)) + "}";
+        auto h = ins.on_head({"POST", "/v1/x", "api.example.com", 443, {}});
+        auto v = ins.on_body(body);
+        EXPECT_EQ(v.status, 403) << w.name;
+        ASSERT_FALSE(v.findings.empty()) << w.name;
+        EXPECT_EQ(v.findings[0].rule, "protected-value");
+        EXPECT_EQ(v.findings[0].fingerprint, detectors::fingerprint(secret));
+    }
+    EXPECT_FALSE(protected_values::compile({"abc"}).has_value());
+}
+
+TEST_F(variants_test, gzip_bomb_is_refused_with_bounded_memory) {
+    // 1 GiB of zeros, compressed in streaming fashion (about 1 MiB).
+    z_stream zs{};
+    ASSERT_EQ(deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY), Z_OK);
+    std::string zeros(1 << 20, '\0');
+    std::string bomb;
+    std::string chunk(1 << 16, '\0');
+    for (int i = 0; i < 1024; ++i) {
+        zs.next_in = reinterpret_cast<Bytef*>(zeros.data());
+        zs.avail_in = static_cast<uInt>(zeros.size());
+        do {
+            zs.next_out = reinterpret_cast<Bytef*>(chunk.data());
+            zs.avail_out = static_cast<uInt>(chunk.size());
+            deflate(&zs, i == 1023 ? Z_FINISH : Z_NO_FLUSH);
+            bomb.append(chunk.data(), chunk.size() - zs.avail_out);
+        } while (zs.avail_out == 0);
+    }
+    deflateEnd(&zs);
+    ASSERT_LT(bomb.size(), 4u << 20);
+
+    rusage before{};
+    getrusage(RUSAGE_SELF, &before);
+    auto v = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "gzip"}}, bomb);
+    rusage after{};
+    getrusage(RUSAGE_SELF, &after);
+    EXPECT_EQ(v.status, 413);
+    EXPECT_EQ(v.reason, "decode_budget");
+    // The default budget allows 1 MiB + 16x the input before refusing: well under 128 MiB.
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 128 * 1024) << "KiB of peak RSS growth";
+}
+
+TEST_F(variants_test, candidate_budget_is_a_result_not_a_skip) {
+    variant_options o;
+    o.budget.max_candidates = 10;
+    std::string body;
+    for (int i = 0; i < 100; ++i)
+        body += "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo= ";
+    variant_scanner vs(*scanner_, o);
+    std::vector<variant_finding> out;
+    EXPECT_EQ(vs.scan(body, "body", out), variant_status::over_budget);
+    variant_options off;
+    off.decoders = false;
+    variant_scanner raw_only(*scanner_, off);
+    EXPECT_EQ(raw_only.scan(body, "body", out), variant_status::ok);
+}
+
+TEST(decoders, unit_cases) {
+    std::string out;
+    EXPECT_TRUE(decode::base64("aGVsbG8gd29ybGQ", out));
+    EXPECT_EQ(out, "hello world");
+    EXPECT_TRUE(decode::base64("aGVs\r\nbG8=", out));
+    EXPECT_EQ(out, "hello");
+    EXPECT_TRUE(decode::hex("\\x68\\x69", out));
+    EXPECT_EQ(out, "hi");
+    EXPECT_FALSE(decode::hex("6", out));
+    EXPECT_TRUE(decode::percent("a%2541+b", out));
+    EXPECT_EQ(out, "a%41+b");
+    EXPECT_TRUE(decode::percent("a+b", out, true));
+    EXPECT_EQ(out, "a b");
+    EXPECT_TRUE(decode::js_escape("\\ud83d\\ude00\\x41\\n\\\"\\u{1F600}", out));
+    EXPECT_EQ(out, "\xF0\x9F\x98\x80"
+                   "A\n\"\xF0\x9F\x98\x80");
+    EXPECT_TRUE(decode::html_entities("&lt;&#65;&#x42;&amp;&bogus;", out));
+    EXPECT_EQ(out, "<AB&&bogus;");
+    EXPECT_TRUE(decode::quoted_printable("a=3Db=\r\nc", out));
+    EXPECT_EQ(out, "a=bc");
+    EXPECT_TRUE(decode::fold_unicode("g\xE2\x80\x8Bh\xEF\xBD\x90_\xD0\xB0", out));
+    EXPECT_EQ(out, "ghp_a");
+    EXPECT_FALSE(decode::fold_unicode("plain ascii", out));
+    EXPECT_EQ(decode::content("compress", "x", 10, out), decode::inflate_status::unknown);
+    EXPECT_EQ(decode::content("gzip", gzip(std::string(1000, 'a')), 100, out),
+              decode::inflate_status::over_limit);
+    EXPECT_EQ(decode::content("gzip", gzip("abc").substr(0, 8), 100, out),
+              decode::inflate_status::error);
+}
