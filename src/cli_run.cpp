@@ -1,17 +1,27 @@
 #include "cli_run.hpp"
 
 #include "sluice/config/settings.hpp"
+#include "sluice/proxy/admin_api.hpp"
 #include "sluice/proxy/audit_log.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/proxy/log_limiter.hpp"
+#include "sluice/proxy/metrics.hpp"
 #include "sluice/proxy/server.hpp"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
 #include <boost/version.hpp>
 #include <hs/hs.h>
 #include <openssl/crypto.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <csignal>
 #include <cstdio>
@@ -67,14 +77,113 @@ void print_diagnostics(const config::diagnostics& diags) {
 }
 
 void setup_logging(const config::settings& s) {
-    auto logger = spdlog::stderr_logger_mt("sluice");
+    // At most 50 lines a second (bursts of 200) reach stderr: a hostile client that
+    // provokes one error line per connection cannot flood the log or the disk under it.
+    auto sink = std::make_shared<proxy::rate_limited_sink>(
+        std::make_shared<spdlog::sinks::stderr_sink_mt>(), 50.0, 200.0);
+    auto logger = std::make_shared<spdlog::logger>("sluice", sink);
     spdlog::set_default_logger(logger);
     spdlog::set_level(spdlog::level::from_str(s.log_level));
-    if (s.log_format == "json")
-        spdlog::set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","msg":"%v"})",
-                            spdlog::pattern_time_type::utc);
-    else
-        spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
+    spdlog::set_formatter(proxy::make_log_formatter(s.log_format == "json"));
+}
+
+// Loads, builds and publishes configurations; one at a time. Every trigger (SIGHUP,
+// POST /v1/reload, the file watcher) runs here on the control thread, never on an
+// io_context serving flows, because building compiles rules.
+struct reloader {
+    const run_args& args;
+    proxy::server& server;
+    proxy::metrics& stats;
+    std::mutex mutex;
+    struct file_sig {
+        std::int64_t mtime_ns = -1;
+        std::int64_t size = -1;
+        std::uint64_t ino = 0;
+        bool operator==(const file_sig&) const = default;
+    };
+    file_sig loaded, seen;
+
+    file_sig current_sig() const {
+        file_sig s;
+        struct stat st {};
+        if (args.config && ::stat(args.config->c_str(), &st) == 0) {
+            s.mtime_ns =
+                static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+            s.size = st.st_size;
+            s.ino = st.st_ino;
+        }
+        return s;
+    }
+
+    struct result {
+        bool ok = false;
+        std::vector<std::string> problems;
+        std::size_t rules = 0;
+    };
+
+    result reload(std::string_view trigger) {
+        std::lock_guard lock(mutex);
+        result r;
+        loaded = seen = current_sig();
+        auto next = load(args);
+        if (!next) {
+            for (const auto& d : next.error())
+                r.problems.push_back(d.str());
+        } else {
+            r.rules = next->rules->rules().size();
+            if (auto pub =
+                    server.publish(std::make_shared<const config::settings>(std::move(*next)));
+                !pub)
+                r.problems.push_back(pub.error());
+            else
+                r.ok = true;
+        }
+        stats.on_config_reload(r.ok);
+        if (r.ok) {
+            spdlog::info("configuration reloaded ({}): {} rules; new flows use it", trigger,
+                         r.rules);
+        } else {
+            spdlog::error("reload ({}) rejected, the previous configuration keeps serving: {} "
+                          "problem(s)",
+                          trigger, r.problems.size());
+            for (const auto& p : r.problems)
+                spdlog::error("reload: {}", p);
+        }
+        return r;
+    }
+
+    // The file watcher: a periodic stat (mtime, size, inode: an editor's rename counts)
+    // that reloads once the file has changed and then held still for one period, so a
+    // half-written file is not loaded.
+    void watch_tick() {
+        if (!args.config)
+            return;
+        auto now = current_sig();
+        if (now == loaded) {
+            seen = now;
+            return;
+        }
+        if (now == seen && now.size >= 0)
+            reload("config file changed");
+        else
+            seen = now;
+    }
+};
+
+boost::json::object reload_json(const reloader::result& r) {
+    boost::json::object o;
+    if (r.ok) {
+        o["result"] = "ok";
+        o["rules"] = r.rules;
+    } else {
+        o["error"] = "bad_request";
+        o["reason"] = "config_invalid";
+        boost::json::array a;
+        for (const auto& p : r.problems)
+            a.emplace_back(p);
+        o["problems"] = std::move(a);
+    }
+    return o;
 }
 
 void print_banner(const std::vector<std::string>& addresses, const std::filesystem::path& ca) {
@@ -99,6 +208,8 @@ int cmd_run(int argc, char** argv) {
     auto args = parse_run_args(argc, argv);
     if (!args)
         return 2;
+    // A file size limit must fail the audit write (EFBIG -> 503), not kill the process.
+    std::signal(SIGXFSZ, SIG_IGN);
     auto loaded = load(*args);
     if (!loaded) {
         print_diagnostics(loaded.error());
@@ -124,7 +235,11 @@ int cmd_run(int argc, char** argv) {
         std::cerr << "sluice: " << ca.error() << "\n";
         return 3;
     }
-    auto audit = proxy::audit_log::open(settings->audit_path, settings->audit_fsync_always);
+    proxy::audit_options audit_opts;
+    audit_opts.fsync_always = settings->audit_fsync_always;
+    if (settings->audit_fsync_interval.count() > 0)
+        audit_opts.fsync_interval = settings->audit_fsync_interval;
+    auto audit = proxy::audit_log::open(settings->audit_path, audit_opts);
     if (!audit) {
         std::cerr << "sluice: " << audit.error() << "\n";
         return 3;
@@ -135,29 +250,76 @@ int cmd_run(int argc, char** argv) {
         return 3;
     }
     auto& server = **srv;
+
+    auto stats = std::make_shared<proxy::metrics>();
+    server.attach_metrics(stats);
+    auto exposer = proxy::metrics_exposer::start(stats, settings->metrics_address);
+    if (!exposer) {
+        std::cerr << "sluice: " << exposer.error() << "\n";
+        return 3;
+    }
+    auto token = proxy::load_or_create_admin_token(settings->admin_token_file);
+    if (!token) {
+        std::cerr << "sluice: " << token.error() << "\n";
+        return 3;
+    }
+    auto admin = proxy::admin_api::create(server.admin_context(), settings->admin_address,
+                                          std::move(*token));
+    if (!admin) {
+        std::cerr << "sluice: " << admin.error() << "\n";
+        return 3;
+    }
+
+    // Control thread: signals, reloads and the config file watcher.
+    boost::asio::io_context signal_ctx(1);
+    reloader reloads{*args, server, *stats, {}, {}, {}};
+    reloads.loaded = reloads.seen = reloads.current_sig();
+
+    namespace net = boost::asio;
+    (*admin)->route("GET", "/healthz", false,
+                    [](proxy::admin_request) -> net::awaitable<proxy::admin_response> {
+                        co_return proxy::admin_response{200, R"({"status":"ok"})"};
+                    });
+    (*admin)->route("GET", "/readyz", false,
+                    [&server](proxy::admin_request) -> net::awaitable<proxy::admin_response> {
+                        if (server.ready())
+                            co_return proxy::admin_response{200, R"({"status":"ready"})"};
+                        co_return proxy::admin_error(503, "audit_unavailable",
+                                                     "not ready: the audit log cannot be written");
+                    });
+    (*admin)->route("POST", "/v1/reload", true,
+                    [&](proxy::admin_request) -> net::awaitable<proxy::admin_response> {
+                        // Build on the control thread; this io_context keeps serving meanwhile and
+                        // the timer is cancelled (on this context) when the result is in.
+                        auto exec = co_await net::this_coro::executor;
+                        auto done = std::make_shared<net::steady_timer>(
+                            exec, std::chrono::steady_clock::time_point::max());
+                        auto result = std::make_shared<reloader::result>();
+                        net::post(signal_ctx, [&reloads, done, result, exec] {
+                            *result = reloads.reload("admin API");
+                            net::post(exec, [done] { done->cancel(); });
+                        });
+                        co_await done->async_wait(net::as_tuple(net::use_awaitable));
+                        co_return proxy::admin_response{
+                            result->ok ? 200u : 422u, boost::json::serialize(reload_json(*result))};
+                    });
+    (*admin)->start();
+
     print_banner(server.listening_addresses(), settings->ca_cert);
+    spdlog::info("admin API on http://{} (token in {}), metrics on http://{}/metrics",
+                 (*admin)->address(), settings->admin_token_file.string(),
+                 settings->metrics_address);
     spdlog::info("sluice {} started: {} rules, audit {}", SLUICE_VERSION,
                  settings->rules->rules().size(), settings->audit_path.string());
 
-    // Signals on their own io_context: SIGTERM/SIGINT drain and exit 0, SIGHUP reloads.
-    boost::asio::io_context signal_ctx(1);
+    // Signals on the control thread: SIGTERM/SIGINT drain and exit 0, SIGHUP reloads.
     boost::asio::signal_set signals(signal_ctx, SIGTERM, SIGINT, SIGHUP);
     std::function<void(const boost::system::error_code&, int)> on_signal;
     on_signal = [&](const boost::system::error_code& sec, int sig) {
         if (sec)
             return;
         if (sig == SIGHUP) {
-            auto next = load(*args);
-            if (!next) {
-                spdlog::error("reload rejected: {} problem(s); first: {}", next.error().size(),
-                              next.error().empty() ? "" : next.error().front().str());
-            } else if (auto pub = server.publish(
-                           std::make_shared<const config::settings>(std::move(*next)));
-                       !pub) {
-                spdlog::error("reload rejected: {}", pub.error());
-            } else {
-                spdlog::info("configuration reloaded");
-            }
+            reloads.reload("SIGHUP");
             signals.async_wait(on_signal);
             return;
         }
@@ -165,10 +327,25 @@ int cmd_run(int argc, char** argv) {
         server.stop();
     };
     signals.async_wait(on_signal);
+    boost::asio::steady_timer watch_timer(signal_ctx);
+    std::function<void(const boost::system::error_code&)> on_watch;
+    on_watch = [&](const boost::system::error_code& wec) {
+        if (wec)
+            return;
+        reloads.watch_tick();
+        watch_timer.expires_after(std::chrono::seconds(1));
+        watch_timer.async_wait(on_watch);
+    };
+    if (args->config) {
+        watch_timer.expires_after(std::chrono::seconds(1));
+        watch_timer.async_wait(on_watch);
+    }
     std::thread signal_thread([&] { signal_ctx.run(); });
     server.run();
     signal_ctx.stop();
     signal_thread.join();
+    (*admin)->stop();
+    exposer->reset();
     spdlog::info("stopped");
     return 0;
 }

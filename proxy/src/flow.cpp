@@ -95,6 +95,8 @@ bool audit(flow_context& fc, audit_record r) {
     r.flow = fc.flow;
     r.identity = fc.identity;
     r.source = fc.source;
+    if (fc.state->stats)
+        count_decision(*fc.state->stats, r);
     if (!fc.state->audit->append(r)) {
         spdlog::error("flow {}: audit write failed; denying", fc.flow);
         return false;
@@ -169,6 +171,8 @@ net::awaitable<bool> deny(Stream& stream, flow_context& fc, unsigned status,
     rec.decision = "deny";
     rec.reason = std::string(reason);
     rec.findings = to_audit(findings);
+    if (fc.state->stats && status == 502)
+        fc.state->stats->on_upstream_error(reason);
     bool ok = audit(fc, std::move(rec));
     if (!ok) {
         status = 503;
@@ -351,6 +355,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             headers.push_back({f.name_string(), f.value()});
         }
         dlp::request_view view{method, tgt.origin_form, tgt.dest->host, tgt.dest->port, headers};
+        auto scan_started = std::chrono::steady_clock::now();
         dlp::inspector ins(policy, thread_scanner(fc.gen->settings->rules));
         dlp::verdict v = ins.on_head(view);
         if (v.kind == dlp::verdict_kind::forward) {
@@ -359,6 +364,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             v.findings.insert(v.findings.begin(), head_findings.begin(), head_findings.end());
         }
         findings = v.findings;
+        if (fc.state->stats)
+            count_scan(*fc.state->stats, scan_started, tgt.origin_form.size() + req.body().size());
         rec.url = audit_url(url_prefix, tgt.origin_form, findings);
         if (v.kind != dlp::verdict_kind::forward) {
             std::string reason = v.reason;
@@ -876,6 +883,10 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
             }
             if (fc.policy == nullptr) {
                 co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
+                co_return;
+            }
+            if (!fc.state->audit->healthy()) { // no tunnel either while nothing can be recorded
+                co_await deny(client, fc, 503, "audit_unavailable", rec, {}, false);
                 co_return;
             }
             if (hp.get().method() == http::verb::connect) {

@@ -5,6 +5,7 @@
 #include "sluice/config/settings.hpp"
 #include "sluice/proxy/audit_log.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/proxy/metrics.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -28,6 +29,7 @@ struct shared_state {
     std::atomic<std::shared_ptr<const generation>> current;
     std::shared_ptr<certificate_authority> ca;
     std::unique_ptr<audit_log> audit;
+    std::shared_ptr<metrics> stats; ///< null when metrics are off (unit tests)
     std::atomic<std::uint64_t> next_flow{0};
     std::atomic<std::int64_t> active{0};
     std::uint64_t flow_salt = 0; ///< random per process, so flow ids differ across restarts

@@ -145,6 +145,24 @@ server::create(std::shared_ptr<const config::settings> settings,
 
 server::~server() = default;
 
+void server::attach_metrics(std::shared_ptr<metrics> m) {
+    // Weak: the state holds the metrics, so a strong capture would be a cycle.
+    std::weak_ptr<shared_state> w = impl_->state;
+    m->set_connections_source([w]() -> std::int64_t {
+        auto st = w.lock();
+        return st ? st->active.load(std::memory_order_relaxed) : 0;
+    });
+    m->set_audit_errors_source([w]() -> std::uint64_t {
+        auto st = w.lock();
+        return st ? st->audit->errors() : 0;
+    });
+    impl_->state->stats = std::move(m);
+}
+
+net::io_context& server::admin_context() { return *impl_->contexts.front(); }
+
+bool server::ready() const { return !impl_->stopping.load() && impl_->state->audit->healthy(); }
+
 std::vector<std::string> server::listening_addresses() const {
     std::vector<std::string> out;
     for (const auto& a : impl_->acceptors) {

@@ -14,9 +14,14 @@
 #include <string>
 #include <vector>
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace sluice::proxy {
 
 struct shared_state;
+class metrics;
 
 class server {
 public:
@@ -36,6 +41,14 @@ public:
     /// Publishes a new configuration generation: new flows use it, live flows keep theirs.
     /// Listener addresses are not rebound. Returns an error if the trust store fails.
     std::expected<void, std::string> publish(std::shared_ptr<const config::settings> settings);
+
+    /// Counts the data path's decisions, findings, scans and upstream errors into `m` and
+    /// exposes the live-connection and audit-error counts to it. Call before run().
+    void attach_metrics(std::shared_ptr<metrics> m);
+    /// The io_context that also serves the admin API (the first of the server's).
+    boost::asio::io_context& admin_context();
+    /// True while accepting and the audit log is writable (GET /readyz).
+    bool ready() const;
 
     /// The bound "address:port" of every listener (after port 0 was resolved).
     std::vector<std::string> listening_addresses() const;
