@@ -8,7 +8,9 @@
 #include <arpa/inet.h>
 #include <charconv>
 #include <cstring>
+#include <memory>
 #include <netinet/in.h>
+#include <unicode/uidna.h>
 
 namespace sluice::dlp {
 
@@ -64,6 +66,56 @@ bool v4_private(const std::uint8_t* b) noexcept {
 
 bool all_zero(const std::uint8_t* b, std::size_t n) noexcept {
     return std::all_of(b, b + n, [](std::uint8_t x) { return x == 0; });
+}
+
+// One UTS #46 processor for the process: ICU documents UIDNA objects as immutable and
+// safe to share between threads once opened. Non-transitional processing maps "ß" and
+// ZWJ/ZWNJ to themselves, as IDNA2008 and every current browser do, so the A-label we
+// match is the one a client's resolver will look up. STD3 rules reject '_', ':', '[' and
+// the like inside an IDN (an ASCII host never takes this path); bidi and CONTEXTJ checks
+// reject the spoofing shapes UTS #46 section 4 lists.
+const UIDNA* uts46() noexcept {
+    struct closer {
+        void operator()(UIDNA* p) const noexcept { uidna_close(p); }
+    };
+    static const std::unique_ptr<UIDNA, closer> idna = [] {
+        UErrorCode status = U_ZERO_ERROR;
+        UIDNA* p = uidna_openUTS46(UIDNA_NONTRANSITIONAL_TO_ASCII | UIDNA_USE_STD3_RULES |
+                                       UIDNA_CHECK_BIDI | UIDNA_CHECK_CONTEXTJ,
+                                   &status);
+        if (U_FAILURE(status)) {
+            uidna_close(p);
+            p = nullptr;
+        }
+        return std::unique_ptr<UIDNA, closer>(p);
+    }();
+    return idna.get();
+}
+
+// UTF-8 host name to its ASCII (punycode A-label) form; empty when ICU reports any error
+// for the name (disallowed or unassigned code points, ill-formed UTF-8, bidi or hyphen
+// violations, empty or over-long labels) or ICU itself is unavailable: callers treat an
+// empty host as invalid, so a name we cannot map is denied rather than matched raw.
+std::string idna_to_ascii(std::string_view host) {
+    const UIDNA* idna = uts46();
+    if (idna == nullptr || host.size() > 1024) {
+        return {};
+    }
+    // Mapping can grow the text (one code point may expand to several letters, each label
+    // gains "xn--"); 4x plus slack covers any name that can still be a valid DNS name, and
+    // ICU reports U_BUFFER_OVERFLOW_ERROR rather than truncating if it is not.
+    std::string out(host.size() * 4 + 64, '\0');
+    UIDNAInfo info = UIDNA_INFO_INITIALIZER;
+    UErrorCode status = U_ZERO_ERROR;
+    const int32_t n =
+        uidna_nameToASCII_UTF8(idna, host.data(), static_cast<int32_t>(host.size()), out.data(),
+                               static_cast<int32_t>(out.size()), &info, &status);
+    if (U_FAILURE(status) || info.errors != 0 || n <= 0 ||
+        static_cast<std::size_t>(n) > out.size()) {
+        return {};
+    }
+    out.resize(static_cast<std::size_t>(n));
+    return out;
 }
 
 } // namespace
@@ -191,6 +243,16 @@ bool is_private_destination(const ip_address& a) noexcept {
 
 std::string normalize_host(std::string_view host) {
     std::string out(host);
+    // A name with any non-ASCII byte is an IDN: map it to its A-label form first, so
+    // that what follows (case, trailing dot, IP literals) sees what a resolver would see.
+    // Full-width digits and dots map to ASCII here, which is why a spelling such as
+    // U+FF11 U+FF12 U+FF17 U+3002 ... still reaches the IPv4 checks below.
+    if (std::any_of(out.begin(), out.end(), [](char c) { return (c & 0x80) != 0; })) {
+        out = idna_to_ascii(out);
+        if (out.empty()) {
+            return out;
+        }
+    }
     std::transform(out.begin(), out.end(), out.begin(), ascii_lower);
     // One trailing dot is the absolute form of the same name. "a.." is not a name at all;
     // leaving it alone keeps normalisation idempotent (and it will match no pattern).

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <string_view>
+
 using namespace sluice::dlp;
 
 namespace {
@@ -184,6 +187,73 @@ TEST(normalize_host, forms) {
     for (const auto& r : rows) {
         EXPECT_EQ(normalize_host(r.in), r.out) << r.in;
     }
+}
+
+// UTS #46 non-transitional ToASCII (expected A-labels from the UTS #46 conformance data
+// and RFC 3492 examples, not from the code under test).
+TEST(normalize_host, idna_to_punycode) {
+    struct row {
+        const char* in;
+        const char* out;
+    };
+    const row rows[] = {
+        {"b\u00fccher.example", "xn--bcher-kva.example"},
+        {"B\u00dcCHER.Example", "xn--bcher-kva.example"},      // upper case folds
+        {"b\u00fccher.example.", "xn--bcher-kva.example"},     // trailing dot
+        {"b\u00fccher\uff0eexample", "xn--bcher-kva.example"}, // full-width dot
+        {"b\u00fccher\u3002example", "xn--bcher-kva.example"}, // ideographic dot
+        {"\uff42\u00fc\uff43\uff48\uff45\uff52.example", "xn--bcher-kva.example"}, // full-width
+        {"\uff25\uff38\uff21\uff2d\uff30\uff2c\uff25\u3002\uff43\uff4f\uff4d", "example.com"},
+        {"fa\u00df.de", "xn--fa-hia.de"}, // non-transitional: ß kept
+        {"\u4f8b\u3048.\u30c6\u30b9\u30c8", "xn--r8jz45g.xn--zckzah"},
+        {"\u043f\u0440\u0438\u043c\u0435\u0440.\u0440\u0444", "xn--e1afmkfd.xn--p1ai"},
+        // Full-width IPv4 spellings map to ASCII and are then normalised as addresses.
+        {"\uff11\uff12\uff17\uff0e\uff10\uff0e\uff10\uff0e\uff11", "127.0.0.1"},
+        {"\uff10\uff58\uff17\uff46\uff10\uff10\uff10\uff10\uff10\uff11", "127.0.0.1"},
+        {"\uff11\uff12\uff17\u3002\uff11", "127.0.0.1"},
+    };
+    for (const auto& r : rows) {
+        EXPECT_EQ(normalize_host(r.in), r.out) << r.in;
+        EXPECT_EQ(normalize_host(normalize_host(r.in)), r.out) << r.in; // idempotent
+    }
+}
+
+TEST(normalize_host, invalid_idn_is_empty) {
+    const char* const bad[] = {
+        "b\u00fccher..example",  // empty label
+        "\u00fc\xff.example",    // ill-formed UTF-8
+        "\xc3",                  // truncated UTF-8 sequence
+        "b\u00fccher_x.example", // '_' disallowed by STD3 inside an IDN
+        "\u00fc:80",             // ':' is not part of a name
+        "[\u00fc]",              // brackets around a non-address
+        "\u00fc\u2028.example",  // line separator: disallowed
+        "\u00fc\ufffd.example",  // replacement character: disallowed
+        "a\u05d0.example",       // bidi: Latin then Hebrew in one label (CheckBidi)
+        "\u06271a.example",      // bidi: RTL label containing a Latin letter
+        "\u00fc\u200d.example",  // ZWJ not after a virama (CheckJoiners)
+        "-\u00fc.example",       // leading hyphen
+        "\u00fc-.example",       // trailing hyphen
+        "\u0300\u00fc.example",  // label starts with a combining mark
+    };
+    for (const char* in : bad) {
+        EXPECT_EQ(normalize_host(in), "") << in;
+    }
+    // An embedded NUL (not expressible in the literals above) is disallowed too.
+    using namespace std::string_view_literals;
+    EXPECT_EQ(normalize_host("\u00fc\0.example"sv), "");
+    // A non-ASCII label that makes the name longer than DNS allows.
+    std::string long_name;
+    for (int i = 0; i < 30; ++i) {
+        long_name += "\u00fc\u00fc\u00fc\u00fc.";
+    }
+    long_name += "example";
+    EXPECT_EQ(normalize_host(long_name), "");
+    // A single over-long label (more than 63 octets once encoded).
+    std::string long_label = "\u00fc";
+    for (int i = 0; i < 70; ++i) {
+        long_label += "a";
+    }
+    EXPECT_EQ(normalize_host(long_label + ".example"), "");
 }
 
 TEST(host_matches, patterns) {

@@ -105,9 +105,15 @@ struct identity {
 /// Normalises a host for matching: ASCII lower case, one trailing dot removed, IPv6
 /// brackets removed and the address printed canonically (RFC 5952, "0:0::1" -> "::1"),
 /// IPv4 literals in every inet_aton(3) spelling ("0x7f000001", "2130706433",
-/// "0177.0.0.1", "127.1") printed as dotted quad. Non-ASCII (IDNA) hosts are returned
-/// lower-cased but otherwise unchanged (punycode conversion is issue 5). Never throws
-/// except std::bad_alloc.
+/// "0177.0.0.1", "127.1") printed as dotted quad. A host with any non-ASCII byte is first
+/// converted to ASCII by UTS #46 (Unicode IDNA Compatibility Processing) ToASCII,
+/// non-transitional, with STD3 rules, CheckBidi and CheckJoiners, via ICU: "bücher.example"
+/// -> "xn--bcher-kva.example", full-width letters, digits and dots (U+FF0E, U+3002) mapped
+/// to ASCII, so a full-width IPv4 literal is still normalised as an address. An invalid IDN
+/// (ill-formed UTF-8, disallowed code points, bidi/joiner/hyphen violations, empty or
+/// over-long labels) yields the empty string, which callers must deny. ASCII-only hosts
+/// are not passed through IDNA. Idempotent. Thread-safe. Never throws except
+/// std::bad_alloc.
 std::string normalize_host(std::string_view host);
 
 /// True if `pattern` ("*", "*.example.com", exact) matches the normalised `host`.
