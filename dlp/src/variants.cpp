@@ -11,8 +11,13 @@
 #include <boost/json.hpp>
 #include <hs/hs.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <array>
+#include <bitset>
 #include <cctype>
 #include <cstdint>
 #include <cstring>
@@ -81,6 +86,7 @@ constexpr unsigned char k_b64 = 1;      // A-Z a-z 0-9 + / - _
 constexpr unsigned char k_hex = 2;      // 0-9 a-f A-F
 constexpr unsigned char k_trigger = 4;  // % \ &
 constexpr unsigned char k_nonascii = 8; // >= 0x80
+constexpr unsigned char k_hexd = 16;    // hex digits and the delimiters ':' '-' ' '
 
 constexpr std::array<unsigned char, 256> make_classes() {
     std::array<unsigned char, 256> t{};
@@ -103,6 +109,12 @@ constexpr std::array<unsigned char, 256> make_classes() {
     t['&'] |= k_trigger;
     for (int c = 0x80; c < 256; ++c)
         t[c] |= k_nonascii;
+    for (int c = 0; c < 256; ++c)
+        if (t[c] & k_hex)
+            t[c] |= k_hexd;
+    t[':'] |= k_hexd;
+    t['-'] |= k_hexd;
+    t[' '] |= k_hexd;
     return t;
 }
 constexpr auto cls = make_classes();
@@ -216,6 +228,86 @@ void collect_json(const boost::json::value& root, std::string& out) {
     }
 }
 
+// Per-byte class bits of 16 bytes as bit masks (bit k = byte k). SSE2 is the x86-64
+// baseline; other targets use the table.
+struct block_masks {
+    unsigned b64 = 0;
+    unsigned hexd = 0;
+    unsigned hexdig = 0;
+    unsigned pct = 0;    // '%'
+    unsigned amp = 0;    // '&'
+    unsigned bs = 0;     // '\\'
+    unsigned esc_ok = 0; // may follow '\\' in a region-starting escape: u U x / 0-7
+    unsigned amp_ok = 0; // may follow '&' in a reference: '#' or a letter
+};
+
+// Trigger positions of `cur`: a byte that starts an escape worth decoding, judged with
+// the byte after it (the first byte of `nxt` for bit 15).
+inline unsigned triggers(const block_masks& cur, const block_masks& nxt) noexcept {
+    const unsigned hex_after = (cur.hexdig >> 1) | (nxt.hexdig << 15);
+    const unsigned esc_after = (cur.esc_ok >> 1) | (nxt.esc_ok << 15);
+    const unsigned amp_after = (cur.amp_ok >> 1) | (nxt.amp_ok << 15);
+    return ((cur.pct & hex_after) | (cur.bs & esc_after) | (cur.amp & amp_after)) & 0xFFFFu;
+}
+
+#if defined(__SSE2__)
+// Bytes in [lo, hi] as 0xFF lanes (unsigned compare through max).
+inline __m128i in_range(__m128i v, unsigned char lo, unsigned char hi) noexcept {
+    const __m128i t = _mm_sub_epi8(v, _mm_set1_epi8(static_cast<char>(lo)));
+    const __m128i lim = _mm_set1_epi8(static_cast<char>(hi - lo));
+    return _mm_cmpeq_epi8(_mm_max_epu8(t, lim), lim);
+}
+inline __m128i eq(__m128i v, char c) noexcept {
+    return _mm_cmpeq_epi8(v, _mm_set1_epi8(c));
+}
+
+inline block_masks classify16(const unsigned char* p) noexcept {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i lower = _mm_or_si128(v, _mm_set1_epi8(0x20));
+    const __m128i digit = in_range(v, '0', '9');
+    const __m128i alpha = in_range(lower, 'a', 'z');
+    const __m128i hexalpha = in_range(lower, 'a', 'f');
+    const __m128i dash = eq(v, '-');
+    const __m128i b64 =
+        _mm_or_si128(_mm_or_si128(digit, alpha), _mm_or_si128(_mm_or_si128(eq(v, '+'), eq(v, '/')),
+                                                              _mm_or_si128(dash, eq(v, '_'))));
+    const __m128i hexd = _mm_or_si128(_mm_or_si128(digit, hexalpha),
+                                      _mm_or_si128(_mm_or_si128(eq(v, ':'), dash), eq(v, ' ')));
+    block_masks m;
+    m.b64 = static_cast<unsigned>(_mm_movemask_epi8(b64));
+    m.hexd = static_cast<unsigned>(_mm_movemask_epi8(hexd));
+    m.hexdig = static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(digit, hexalpha)));
+    m.pct = static_cast<unsigned>(_mm_movemask_epi8(eq(v, '%')));
+    m.amp = static_cast<unsigned>(_mm_movemask_epi8(eq(v, '&')));
+    m.bs = static_cast<unsigned>(_mm_movemask_epi8(eq(v, '\\')));
+    const __m128i esc_ok = _mm_or_si128(_mm_or_si128(eq(lower, 'u'), eq(v, 'x')),
+                                        _mm_or_si128(eq(v, '/'), in_range(v, '0', '7')));
+    m.esc_ok = static_cast<unsigned>(_mm_movemask_epi8(esc_ok));
+    m.amp_ok = static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(alpha, eq(v, '#'))));
+    return m;
+}
+#else
+inline block_masks classify16(const unsigned char* p) noexcept {
+    block_masks m;
+    for (unsigned k = 0; k < 16; ++k) {
+        const unsigned char c = cls[p[k]];
+        m.b64 |= (c & k_b64 ? 1u : 0u) << k;
+        m.hexd |= (c & k_hexd ? 1u : 0u) << k;
+        m.hexdig |= (c & k_hex ? 1u : 0u) << k;
+        const unsigned bit = 1u << k;
+        m.pct |= p[k] == '%' ? bit : 0;
+        m.amp |= p[k] == '&' ? bit : 0;
+        m.bs |= p[k] == '\\' ? bit : 0;
+        m.esc_ok |= (p[k] == 'u' || p[k] == 'U' || p[k] == 'x' || p[k] == '/' ||
+                     (p[k] >= '0' && p[k] <= '7'))
+                        ? bit
+                        : 0;
+        m.amp_ok |= (p[k] == '#' || std::isalpha(p[k])) ? bit : 0;
+    }
+    return m;
+}
+#endif
+
 struct hs_scratch_closer {
     void operator()(hs_scratch_t* s) const noexcept { hs_free_scratch(s); }
 };
@@ -225,7 +317,28 @@ struct hs_scratch_closer {
 // ---------------------------------------------------------------------------------------
 // scanner
 
+// Decoded candidates of one depth are batched into one buffer, separated by "\n \n" (which
+// no candidate run crosses), and scanned with one scanner call: per-call overhead would
+// otherwise dominate on text with many small candidates.
+struct variant_scanner::segment {
+    std::size_t begin = 0; ///< range in the level buffer
+    std::size_t end = 0;
+    std::string chain;
+    std::size_t outer_off = 0;
+    std::size_t outer_len = 0;
+};
+
+struct variant_scanner::level {
+    std::string buf;
+    std::vector<segment> segs;
+    void clear() {
+        buf.clear();
+        segs.clear();
+    }
+};
+
 struct variant_scanner::ctx {
+    level next; ///< decoded candidates for the next depth
     std::string_view location;
     std::vector<variant_finding>* out = nullptr;
     std::unordered_set<std::string> seen; // rule '\0' fingerprint
@@ -262,7 +375,8 @@ bool variant_scanner::charge(std::size_t n) noexcept {
 }
 
 variant_status variant_scanner::scan_buffer(std::string_view data, const std::string& chain,
-                                            std::size_t outer_off, std::size_t outer_len, ctx& c) {
+                                            std::size_t outer_off, std::size_t outer_len, ctx& c,
+                                            const std::vector<segment>* segs) {
     scratch_.clear();
     if (!scanner_.scan(data, scratch_))
         return variant_status::scanner_error;
@@ -303,11 +417,27 @@ variant_status variant_scanner::scan_buffer(std::string_view data, const std::st
             continue; // already reported through a shorter chain
         variant_finding v;
         v.location = std::string(c.location);
-        v.variant = chain.empty() ? "raw" : chain;
-        if (outer_len == npos) {
+        if (segs) {
+            // The segment holding the start of the match.
+            auto it =
+                std::upper_bound(segs->begin(), segs->end(), f.begin,
+                                 [](std::size_t off, const segment& sg) { return off < sg.begin; });
+            if (it == segs->begin())
+                continue;
+            --it;
+            if (f.begin >= it->end)
+                continue; // inside a separator
+            f.begin -= it->begin;
+            f.end -= it->begin;
+            v.variant = it->chain;
+            v.offset = it->outer_off;
+            v.length = it->outer_len;
+        } else if (outer_len == npos) {
+            v.variant = chain.empty() ? "raw" : chain;
             v.offset = f.begin;
             v.length = f.end >= f.begin ? f.end - f.begin : 0;
         } else {
+            v.variant = chain.empty() ? "raw" : chain;
             v.offset = outer_off;
             v.length = outer_len;
         }
@@ -320,24 +450,49 @@ variant_status variant_scanner::scan_buffer(std::string_view data, const std::st
 variant_status variant_scanner::process(std::string_view data, std::string& chain,
                                         std::size_t depth, std::size_t outer_off,
                                         std::size_t outer_len, ctx& c) {
-    if (depth > 0)
-        ++stats_.scanned_variants;
-    auto st = scan_buffer(data, chain, outer_off, outer_len, c);
+    auto st = scan_buffer(data, chain, outer_off, outer_len, c, nullptr);
     if (st != variant_status::ok || !opts_.decoders || depth >= opts_.budget.max_depth)
         return st;
-    return candidates(data, chain, depth, outer_off, outer_len, c);
+    c.next.clear();
+    st = candidates(data, chain, depth, outer_off, outer_len, c);
+    level cur;
+    std::string seg_chain;
+    while (st == variant_status::ok && !c.next.segs.empty()) {
+        ++depth;
+        std::swap(cur, c.next);
+        c.next.clear();
+        stats_.scanned_variants += cur.segs.size();
+        st = scan_buffer(cur.buf, chain, 0, 0, c, &cur.segs);
+        if (st != variant_status::ok || depth >= opts_.budget.max_depth)
+            break;
+        for (const auto& sg : cur.segs) {
+            seg_chain = sg.chain;
+            st = candidates(std::string_view(cur.buf).substr(sg.begin, sg.end - sg.begin),
+                            seg_chain, depth, sg.outer_off, sg.outer_len, c);
+            if (st != variant_status::ok)
+                break;
+        }
+    }
+    c.next.clear();
+    return st;
 }
 
 variant_status variant_scanner::try_decoded(std::string_view decoded, std::string_view step,
                                             std::string& chain, std::size_t depth, std::size_t off,
                                             std::size_t len, ctx& c) {
-    const std::size_t saved = chain.size();
-    if (!chain.empty())
-        chain += '>';
-    chain += step;
-    auto st = process(decoded, chain, depth + 1, off, len, c);
-    chain.resize(saved);
-    return st;
+    segment sg;
+    sg.begin = c.next.buf.size();
+    c.next.buf += decoded;
+    sg.end = c.next.buf.size();
+    c.next.buf += "\n \n";
+    sg.chain = chain;
+    if (!sg.chain.empty())
+        sg.chain += '>';
+    sg.chain += step;
+    sg.outer_off = off;
+    sg.outer_len = len;
+    c.next.segs.push_back(std::move(sg));
+    return variant_status::ok;
 }
 
 variant_status variant_scanner::candidates(std::string_view data, std::string& chain,
@@ -387,17 +542,17 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         return try_decoded(mine, step, chain, depth, o, l, c);
     };
 
-    std::size_t i = 0;
     std::size_t last_region_end = 0;
-    while (i < n) {
+    // One candidate decision at byte i (a run, a trigger or nothing); sets next_i.
+    const auto visit = [&](std::size_t i, std::size_t& next_i) -> variant_status {
         const unsigned char cl = cls[d[i]];
         if ((cl & (k_b64 | k_trigger)) == 0) {
-            ++i;
-            continue;
+            next_i = i + 1;
+            return variant_status::ok;
         }
         if (cl & k_b64) {
             // Delimited hex "67:68:70" / "67-68" / "67 68".
-            if (i + 4 < n && is_hex(d[i]) && is_hex(d[i + 1]) &&
+            if ((opts_.enabled & dec_hex) && i + 4 < n && is_hex(d[i]) && is_hex(d[i + 1]) &&
                 (d[i + 2] == ':' || d[i + 2] == '-' || d[i + 2] == ' ') && is_hex(d[i + 3]) &&
                 is_hex(d[i + 4]) && (i == 0 || !(cls[d[i - 1]] & k_b64))) {
                 const unsigned char delim = d[i + 2];
@@ -420,26 +575,27 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                         if (st != variant_status::ok)
                             return st;
                     }
-                    i = k;
-                    continue;
+                    next_i = k;
+                    return variant_status::ok;
                 }
             }
             // A run of the base64 alphabets, continued across line breaks when the lines
             // have one of the usual wrap widths (PEM 64, MIME 76, others 60 and 72), all
             // full lines the same width.
             std::size_t j = i;
+            while (j < n && (cls[d[j]] & k_b64))
+                ++j;
+            if (j - i < min_run) {
+                // The common case (a word): nothing to decode, and too short to be a
+                // wrapped line. Kept to one table lookup per byte.
+                next_i = j;
+                return variant_status::ok;
+            }
             std::size_t line_start = i;
             std::size_t width = 0;
             std::size_t first_line_end = npos;
-            bool all_hex = true;
-            bool has_sep = false;
             bool wrapped = false;
             for (;;) {
-                while (j < n && (cls[d[j]] & k_b64)) {
-                    all_hex = all_hex && is_hex(d[j]);
-                    has_sep = has_sep || d[j] == '/' || d[j] == '-' || d[j] == '_';
-                    ++j;
-                }
                 if (j < n && (d[j] == '\n' || d[j] == '\r')) {
                     const std::size_t line = j - line_start;
                     std::size_t k = j;
@@ -452,20 +608,29 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                         if (width == 0)
                             first_line_end = j;
                         width = line;
-                        all_hex = false;
                         wrapped = true;
                         j = k;
                         line_start = k;
+                        while (j < n && (cls[d[j]] & k_b64))
+                            ++j;
                         continue;
                     }
                 }
                 break;
             }
+            bool all_hex = !wrapped;
+            bool has_sep = false;
+            for (std::size_t k = i; k < j; ++k) {
+                all_hex = all_hex && is_hex(d[k]);
+                has_sep = has_sep || d[k] == '/' || d[k] == '-' || d[k] == '_';
+            }
             std::size_t end = j;
             while (end < n && end - j < 2 && d[end] == '=')
                 ++end;
             const std::size_t len = j - i;
-            if (all_hex && len >= min_hex_run && len % 2 == 0) {
+            if (!(opts_.enabled & (all_hex ? dec_hex : dec_base64))) {
+                // family off (benchmarks)
+            } else if (all_hex && len >= min_hex_run && len % 2 == 0) {
                 if (!count())
                     return variant_status::over_budget;
                 if (decode::hex(data.substr(i, len), decoded)) {
@@ -527,8 +692,8 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                     }
                 }
             }
-            i = end > i ? end : i + 1;
-            continue;
+            next_i = end > i ? end : i + 1;
+            return variant_status::ok;
         }
         // Triggers: '%', '\\', '&'.
         const unsigned char t = d[i];
@@ -536,18 +701,22 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         if (t == '%') {
             valid = i + 2 < n && is_hex(d[i + 1]) && is_hex(d[i + 2]);
         } else if (t == '\\') {
-            valid = i + 1 < n &&
-                    std::string_view("uxnrtbfv\"'\\/01234567").find(static_cast<char>(d[i + 1])) !=
-                        std::string_view::npos;
+            // Only escapes that can spell arbitrary characters (\u, \x, octal) or split a
+            // URL (\/) start a region; \n and \" alone are everywhere in JSON and code
+            // and hide nothing (JSON bodies are unescaped whole by extraction anyway).
+            valid =
+                i + 1 < n && std::string_view("uUx/01234567").find(static_cast<char>(d[i + 1])) !=
+                                 std::string_view::npos;
         } else {
             if (i + 2 < n && (d[i + 1] == '#' || std::isalpha(d[i + 1]))) {
-                const std::size_t semi = data.find(';', i + 1);
-                valid = semi != std::string_view::npos && semi - i <= 12;
+                const std::size_t semi = data.substr(0, std::min(n, i + 13)).find(';', i + 1);
+                valid = semi != std::string_view::npos;
             }
         }
-        if (!valid) {
-            ++i;
-            continue;
+        const unsigned fam = t == '%' ? dec_pct : t == '\\' ? dec_escape : dec_html;
+        if (!valid || !(opts_.enabled & fam)) {
+            next_i = i + 1;
+            return variant_status::ok;
         }
         const bool esc = t == '\\';
         std::size_t b = i;
@@ -592,14 +761,96 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
             if (st != variant_status::ok)
                 return st;
         }
-        i = e > i ? e : i + 1;
+        next_i = e > i ? e : i + 1;
+        return variant_status::ok;
+    };
+
+    // Blocks of 16 bytes classified with SIMD into bit masks; runs of 16+ base64 or
+    // hex-and-delimiter bytes are found on the masks (no per-byte branch), and triggers
+    // (a '%' before a hex digit, a '\\' before u/x/octal/'/', a '&' before '#' or a
+    // letter) are visited by their bits. A per-byte branch would mispredict every few
+    // bytes on ordinary text (word/space alternation, "\\n" in JSON) and cost more than
+    // the raw scan.
+    std::size_t done = 0; // bytes before this have been decided
+    const auto visit_from = [&](std::size_t i) -> variant_status {
+        std::size_t next = i + 1;
+        auto st = visit(i, next);
+        done = std::max(done, std::max(next, i + 1));
+        return st;
+    };
+    std::size_t p = 0;
+    block_masks cur{};
+    std::size_t cur_at = npos;
+    while (p + 32 <= n) {
+        if (p < done) {
+            p = done;
+            continue;
+        }
+        if (cur_at != p)
+            cur = classify16(d + p);
+        const block_masks nxt = classify16(d + p + 16);
+        // Bit k of runs16(x) is set when bits k..k+15 of x are all set: a run of 16+
+        // class bytes covering p + k.
+        const auto runs16 = [](std::uint32_t x) {
+            x &= x >> 1;
+            x &= x >> 2;
+            x &= x >> 4;
+            x &= x >> 8;
+            return x & 0xFFFFu;
+        };
+        const std::uint32_t b64_runs = runs16(cur.b64 | (nxt.b64 << 16));
+        if (b64_runs != 0) {
+            std::size_t s = p + static_cast<unsigned>(__builtin_ctz(b64_runs));
+            while (s > done && (cls[d[s - 1]] & k_b64))
+                --s;
+            auto st = visit_from(s);
+            if (st != variant_status::ok)
+                return st;
+        } else if (opts_.enabled & dec_hex) {
+            // 16 bytes of hex digits and delimiters, at least 10 of them digits
+            // ("67:68:70:71:72:7"; not indentation or a run of spaces).
+            const std::uint32_t hex_runs = runs16(cur.hexd | (nxt.hexd << 16));
+            if (hex_runs != 0) {
+                const unsigned k = static_cast<unsigned>(__builtin_ctz(hex_runs));
+                const std::uint32_t digits = ((cur.hexdig | (nxt.hexdig << 16)) >> k) & 0xFFFFu;
+                if (std::bitset<16>(digits).count() >= 10) {
+                    std::size_t s = p + k;
+                    while (s > done && (cls[d[s - 1]] & k_hexd))
+                        --s;
+                    while (!is_hex(d[s]))
+                        ++s;
+                    auto st = visit_from(s);
+                    if (st != variant_status::ok)
+                        return st;
+                }
+            }
+        }
+        for (unsigned t = triggers(cur, nxt); t != 0; t &= t - 1) {
+            const std::size_t k = p + static_cast<unsigned>(__builtin_ctz(t));
+            if (k < done)
+                continue;
+            auto st = visit_from(k);
+            if (st != variant_status::ok)
+                return st;
+        }
+        const std::size_t next_p = std::max(p + 16, done);
+        if (next_p == p + 16) {
+            cur = nxt;
+            cur_at = next_p;
+        }
+        p = next_p;
+    }
+    for (std::size_t i = std::max(p, done); i < n; i = std::max(i + 1, done)) {
+        auto st = visit_from(i);
+        if (st != variant_status::ok)
+            return st;
     }
     // Non-ASCII text, found in a separate pass because escape regions above may span it:
     // each whitespace-delimited token holding a byte >= 0x80, nearby ones merged.
     std::vector<std::pair<std::size_t, std::size_t>> na_regions;
     std::size_t na_begin = npos;
     std::size_t na_end = 0;
-    for (std::size_t k = 0; k < n;) {
+    for (std::size_t k = (opts_.enabled & dec_unicode) ? 0 : n; k < n;) {
         if (k + 8 <= n) {
             std::uint64_t w;
             std::memcpy(&w, d + k, 8);

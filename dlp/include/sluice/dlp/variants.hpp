@@ -56,8 +56,22 @@ struct variant_budget {
     std::size_t max_candidates = 1u << 20;
 };
 
+/// Decoder families for variant_options::enabled (benchmarks measure each one alone).
+enum decoder_bits : unsigned {
+    dec_base64 = 1u << 0,
+    dec_hex = 1u << 1,
+    dec_pct = 1u << 2,
+    dec_escape = 1u << 3,
+    dec_html = 1u << 4,
+    dec_unicode = 1u << 5,
+    dec_all = 0x3fu,
+};
+
 struct variant_options {
     bool decoders = true; ///< false: raw scan only (`sluice scan --no-variants`)
+    /// Candidate decoders in use (decoder_bits); Content-Encoding and extraction by
+    /// Content-Type are governed by `decoders` alone.
+    unsigned enabled = dec_all;
     variant_budget budget;
     std::shared_ptr<const protected_values> protect; ///< may be null
 };
@@ -125,10 +139,13 @@ public:
 
 private:
     struct ctx;
+    struct segment;
+    struct level;
     variant_status process(std::string_view data, std::string& chain, std::size_t depth,
                            std::size_t outer_off, std::size_t outer_len, ctx& c);
     variant_status scan_buffer(std::string_view data, const std::string& chain,
-                               std::size_t outer_off, std::size_t outer_len, ctx& c);
+                               std::size_t outer_off, std::size_t outer_len, ctx& c,
+                               const std::vector<segment>* segs);
     variant_status candidates(std::string_view data, std::string& chain, std::size_t depth,
                               std::size_t outer_off, std::size_t outer_len, ctx& c);
     variant_status try_decoded(std::string_view decoded, std::string_view step, std::string& chain,

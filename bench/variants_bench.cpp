@@ -1,0 +1,176 @@
+// The variant pipeline against the raw pass on the same corpus, single thread.
+//
+// Corpus: SLUICE_BENCH_CORPUS, else /tmp/corpus64/corpus.bin, else
+// /tmp/sluice-corpus/corpus.bin, generated with
+//     /work/shared/tools/make-corpus --out /tmp/corpus64 --size-mb 64 --seed 1
+// Without a corpus the benchmarks skip with a message.
+//
+//   variants_raw          detectors::scanner::scan of the whole corpus (the raw pass)
+//   variants_all          variant_scanner::scan with every decoder (what the proxy runs on
+//                         a body without Content-Type extraction)
+//   variants_only/<name>  the raw pass plus one decoder family: its cost is the difference
+//                         to variants_raw (base64, hex, pct, escape, html, unicode)
+//   variants_gzip_body    scan_body of the corpus gzip-compressed, Content-Encoding: gzip
+//
+// Counters: bytes_per_second over the corpus size; candidates, decoded MB and scanned
+// decoded buffers per pass; findings.
+#include "sluice/config/rules_loader.hpp"
+#include "sluice/detectors/ruleset.hpp"
+#include "sluice/detectors/scanner.hpp"
+#include "sluice/dlp/variants.hpp"
+
+#include <benchmark/benchmark.h>
+#include <zlib.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace {
+
+const std::string& corpus() {
+    static const std::string data = [] {
+        std::vector<std::string> paths;
+        if (const char* env = std::getenv("SLUICE_BENCH_CORPUS"))
+            paths.emplace_back(env);
+        paths.emplace_back("/tmp/corpus64/corpus.bin");
+        paths.emplace_back("/tmp/sluice-corpus/corpus.bin");
+        for (const auto& p : paths) {
+            std::ifstream in(p, std::ios::binary);
+            if (in)
+                return std::string(std::istreambuf_iterator<char>(in),
+                                   std::istreambuf_iterator<char>());
+        }
+        return std::string();
+    }();
+    return data;
+}
+
+std::shared_ptr<const sluice::detectors::ruleset> builtin() {
+    static const auto rs = []() -> std::shared_ptr<const sluice::detectors::ruleset> {
+        auto rules = sluice::config::builtin_rules();
+        if (!rules)
+            return nullptr;
+        auto compiled = sluice::detectors::ruleset::compile(std::move(*rules));
+        return compiled ? *compiled : nullptr;
+    }();
+    return rs;
+}
+
+bool ready(benchmark::State& state) {
+    if (corpus().empty()) {
+        state.SkipWithError("no corpus: set SLUICE_BENCH_CORPUS or run "
+                            "/work/shared/tools/make-corpus --out /tmp/corpus64 --size-mb 64 "
+                            "--seed 1");
+        return false;
+    }
+    if (!builtin()) {
+        state.SkipWithError("built-in rules failed to load or compile");
+        return false;
+    }
+    return true;
+}
+
+// A budget that scales with the input, as `sluice scan` uses on files.
+sluice::dlp::variant_options file_options(unsigned enabled) {
+    sluice::dlp::variant_options o;
+    o.enabled = enabled;
+    o.budget.max_decoded_bytes = std::size_t(-1);
+    o.budget.max_candidates = std::size_t(-1);
+    return o;
+}
+
+void variants_raw(benchmark::State& state) {
+    if (!ready(state))
+        return;
+    sluice::detectors::scanner s(builtin());
+    std::vector<sluice::detectors::finding> out;
+    for (auto _ : state) {
+        out.clear();
+        if (!s.scan(corpus(), out))
+            state.SkipWithError("scan failed");
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * corpus().size()));
+    state.counters["findings"] = static_cast<double>(out.size());
+}
+BENCHMARK(variants_raw)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+void run_variants(benchmark::State& state, unsigned enabled) {
+    if (!ready(state))
+        return;
+    sluice::detectors::scanner s(builtin());
+    sluice::dlp::variant_scanner vs(s, file_options(enabled));
+    std::vector<sluice::dlp::variant_finding> out;
+    sluice::dlp::variant_scanner::stats st;
+    for (auto _ : state) {
+        out.clear();
+        vs.reset();
+        if (vs.scan(corpus(), "body", out) != sluice::dlp::variant_status::ok)
+            state.SkipWithError("variant scan did not complete");
+        st = vs.counters();
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * corpus().size()));
+    state.counters["findings"] = static_cast<double>(out.size());
+    state.counters["candidates"] = static_cast<double>(st.candidates);
+    state.counters["decoded_MB"] = static_cast<double>(st.decoded_bytes) / 1e6;
+    state.counters["scanned_variants"] = static_cast<double>(st.scanned_variants);
+}
+
+void variants_all(benchmark::State& state) {
+    run_variants(state, sluice::dlp::dec_all);
+}
+BENCHMARK(variants_all)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+void variants_only(benchmark::State& state) {
+    run_variants(state, static_cast<unsigned>(state.range(0)));
+}
+BENCHMARK(variants_only)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0)
+    ->ArgName("family")
+    ->Arg(sluice::dlp::dec_base64)
+    ->Arg(sluice::dlp::dec_hex)
+    ->Arg(sluice::dlp::dec_pct)
+    ->Arg(sluice::dlp::dec_escape)
+    ->Arg(sluice::dlp::dec_html)
+    ->Arg(sluice::dlp::dec_unicode);
+
+std::string gzip(std::string_view in) {
+    z_stream zs{};
+    deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+    std::string out(deflateBound(&zs, static_cast<uLong>(in.size())) + 64, '\0');
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+    zs.avail_in = static_cast<uInt>(in.size());
+    zs.next_out = reinterpret_cast<Bytef*>(out.data());
+    zs.avail_out = static_cast<uInt>(out.size());
+    deflate(&zs, Z_FINISH);
+    out.resize(zs.total_out);
+    deflateEnd(&zs);
+    return out;
+}
+
+void variants_gzip_body(benchmark::State& state) {
+    if (!ready(state))
+        return;
+    static const std::string gz = gzip(corpus());
+    sluice::detectors::scanner s(builtin());
+    sluice::dlp::variant_scanner vs(s, file_options(sluice::dlp::dec_all));
+    std::vector<sluice::dlp::variant_finding> out;
+    for (auto _ : state) {
+        out.clear();
+        vs.reset();
+        if (vs.scan_body(gz, "text/plain", "gzip", out) != sluice::dlp::variant_status::ok)
+            state.SkipWithError("variant scan did not complete");
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * corpus().size()));
+    state.counters["compressed_MB"] = static_cast<double>(gz.size()) / 1e6;
+}
+BENCHMARK(variants_gzip_body)->Unit(benchmark::kMillisecond)->MinTime(1.0);
+
+} // namespace
+
+BENCHMARK_MAIN();
