@@ -144,9 +144,9 @@ bool is_escape_delim(unsigned char c) noexcept {
 // Decoded base64/hex is worth scanning when it reads as text (secrets are ASCII, but a
 // wrapped secret may carry look-alike or invisible UTF-8 characters) or is a compressed
 // stream we can open. Random binary is about 37% printable ASCII and rarely valid UTF-8.
-bool mostly_printable(std::string_view d) noexcept {
-    if (d.size() < 8)
-        return false;
+// Bytes of `d` that are printable ASCII or part of a well-formed multi-byte UTF-8
+// sequence (lead 0xC2-0xF4); a sequence cut by the end of `d` counts if well-formed so far.
+std::size_t text_count(std::string_view d) noexcept {
     std::size_t ok = 0;
     const std::size_t n = d.size();
     for (std::size_t i = 0; i < n;) {
@@ -156,22 +156,26 @@ bool mostly_printable(std::string_view d) noexcept {
             ++i;
             continue;
         }
-        // A well-formed multi-byte UTF-8 sequence (lead 0xC2-0xF4) counts as text.
         const std::size_t len = c >= 0xC2 && c <= 0xDF   ? 2
                                 : c >= 0xE0 && c <= 0xEF ? 3
                                 : c >= 0xF0 && c <= 0xF4 ? 4
                                                          : 0;
-        bool good = len != 0 && i + len <= n;
-        for (std::size_t k = 1; good && k < len; ++k)
-            good = (static_cast<unsigned char>(d[i + k]) & 0xC0) == 0x80;
-        if (good) {
-            ok += len;
-            i += len;
+        std::size_t k = 1;
+        while (len != 0 && k < len && i + k < n &&
+               (static_cast<unsigned char>(d[i + k]) & 0xC0) == 0x80)
+            ++k;
+        if (len != 0 && (k == len || i + k == n)) {
+            ok += k;
+            i += k;
         } else {
             ++i;
         }
     }
-    return ok * 5 >= n * 4;
+    return ok;
+}
+
+bool mostly_printable(std::string_view d) noexcept {
+    return d.size() >= 8 && text_count(d) * 5 >= d.size() * 4;
 }
 
 std::string lower(std::string_view s) {
@@ -643,7 +647,13 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 if (!count())
                     return variant_status::over_budget;
                 bool useful = false;
-                if (decode::base64(data.substr(i, end - i), decoded)) {
+                // Most 16+ runs in text are identifiers and paths: decode 16 characters
+                // first and drop the run when those 12 bytes are not text (a secret's
+                // base64 starts at the run's start; binary payloads are dropped anyway).
+                decode::base64(data.substr(i, min_run), decoded);
+                const bool plausible =
+                    decode::looks_compressed(decoded) || text_count(decoded) >= 9;
+                if (plausible && decode::base64(data.substr(i, end - i), decoded)) {
                     auto st = binary("base64", i, end, useful);
                     if (st != variant_status::ok)
                         return st;
@@ -737,6 +747,11 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
             ++e;
         }
         last_region_end = e;
+        if (e - b < min_run) {
+            // Decodes to fewer bytes than the shortest secret.
+            next_i = e > i ? e : i + 1;
+            return variant_status::ok;
+        }
         if (!count())
             return variant_status::over_budget;
         const std::string_view region = data.substr(b, e - b);
