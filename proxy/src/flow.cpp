@@ -18,6 +18,7 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/url/parse.hpp>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -681,25 +682,27 @@ std::string host_port(const destination& d, std::uint16_t default_port) {
 }
 
 // An opaque tunnel (policy `inspect: false`): bytes both ways, audited as uninspected.
-net::awaitable<void> pump(beast::tcp_stream& from, beast::tcp_stream& to, std::uint64_t& counted) {
+template <class From, class To>
+net::awaitable<void> pump(From& from, To& to, std::uint64_t& counted) {
     std::array<char, relay_chunk> buf;
     for (;;) {
-        from.expires_after(client_idle_timeout * 5);
+        beast::get_lowest_layer(from).expires_after(client_idle_timeout * 5);
         auto [ec, n] = co_await from.async_read_some(net::buffer(buf), as_tuple);
         if (ec || n == 0)
             break;
         counted += n;
-        to.expires_after(upstream_io_timeout);
+        beast::get_lowest_layer(to).expires_after(upstream_io_timeout);
         auto [wec, wn] = co_await net::async_write(to, net::buffer(buf.data(), n), as_tuple);
         if (wec)
             break;
     }
     boost::system::error_code ignored;
-    to.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    beast::get_lowest_layer(to).socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-net::awaitable<void> opaque_tunnel(beast::tcp_stream& client, beast::flat_buffer& cbuf,
-                                   destination& d, flow_context& fc, audit_record rec) {
+template <class ClientStream>
+net::awaitable<void> opaque_tunnel(ClientStream& client, beast::flat_buffer& cbuf, destination& d,
+                                   flow_context& fc, audit_record rec) {
     using namespace net::experimental::awaitable_operators;
     auto started = std::chrono::steady_clock::now();
     upstream<beast::tcp_stream> up;
@@ -731,7 +734,48 @@ net::awaitable<void> opaque_tunnel(beast::tcp_stream& client, beast::flat_buffer
 // CONNECT host:port: policy on the destination, SSRF check, then 200 and TLS
 // interception with a leaf minted for the CONNECT host; inner requests run through
 // run_exchange one by one.
-net::awaitable<void> handle_connect(beast::tcp_stream& client, beast::flat_buffer& cbuf,
+// TLS inside TLS (CONNECT on an HTTPS proxy listener): asio::ssl::stream wants a next
+// layer with `lowest_layer_type`, which beast::ssl_stream lacks; this owning adapter
+// supplies it and forwards the stream operations.
+template <class Inner>
+class owning_layer {
+public:
+    using executor_type = typename Inner::executor_type;
+    using next_layer_type = Inner;
+    using lowest_layer_type = Inner;
+
+    explicit owning_layer(Inner&& inner)
+        : inner_(std::move(inner)) {}
+
+    executor_type get_executor() noexcept { return inner_.get_executor(); }
+    Inner& next_layer() noexcept { return inner_; }
+    const Inner& next_layer() const noexcept { return inner_; }
+    Inner& lowest_layer() noexcept { return inner_; }
+
+    template <class MutableBuffers, class Token>
+    auto async_read_some(const MutableBuffers& b, Token&& token) {
+        return inner_.async_read_some(b, std::forward<Token>(token));
+    }
+    template <class ConstBuffers, class Token>
+    auto async_write_some(const ConstBuffers& b, Token&& token) {
+        return inner_.async_write_some(b, std::forward<Token>(token));
+    }
+
+private:
+    Inner inner_;
+};
+
+template <class S>
+struct tls_layer {
+    using type = owning_layer<S>;
+};
+template <>
+struct tls_layer<beast::tcp_stream> {
+    using type = beast::tcp_stream;
+};
+
+template <class ClientStream>
+net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cbuf,
                                     http::request_parser<http::empty_body>& hp, flow_context& fc) {
     auto started = std::chrono::steady_clock::now();
     audit_record rec;
@@ -785,7 +829,8 @@ net::awaitable<void> handle_connect(beast::tcp_stream& client, beast::flat_buffe
             co_return;
     }
 
-    ssl_stream tls(std::move(client), *leaf);
+    using layer = typename tls_layer<ClientStream>::type;
+    beast::ssl_stream<layer> tls(layer(std::move(client)), *leaf);
     beast::get_lowest_layer(tls).expires_after(tls_handshake_timeout);
     auto [hec, used] =
         co_await tls.async_handshake(ssl::stream_base::server, cbuf.data(), as_tuple);
@@ -825,6 +870,109 @@ net::awaitable<void> handle_connect(beast::tcp_stream& client, beast::flat_buffe
     co_await tls.async_shutdown(as_tuple);
 }
 
+// The requests on one client connection (plain TCP or an HTTPS proxy listener):
+// absolute-form exchanges until a CONNECT takes the connection over.
+template <class ClientStream>
+net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cbuf,
+                                    flow_context& fc, dlp::caller_evidence evidence) {
+    const auto& settings = *fc.gen->settings;
+    upstream<beast::tcp_stream> plain_up;
+    destination plain_dest; // resolved and checked once per upstream host:port
+    for (;;) {
+        http::request_parser<http::empty_body> hp;
+        if (!co_await read_head(client, cbuf, hp, fc))
+            co_return;
+        audit_record rec;
+        rec.method = std::string(hp.get().method_string());
+        rec.url = audit_log::redact_query(hp.get().target(), true);
+
+        // Who is calling, per request head: a Proxy-Authorization may come with any.
+        auto pa = hp.get().find(http::field::proxy_authorization);
+        evidence.proxy_authorization.reset();
+        if (pa != hp.get().end())
+            evidence.proxy_authorization = std::string(pa->value());
+        auto who = dlp::resolve_caller(settings.identities, evidence);
+        fc.identity = who.identity.value_or("");
+        fc.policy = who.identity ? dlp::policy_for(settings.policies, fc.identity) : nullptr;
+        if (!who.identity) {
+            co_await deny(client, fc, who.challenge ? 407 : 403, who.reason, rec, {}, false);
+            co_return;
+        }
+        if (fc.policy == nullptr) {
+            co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
+            co_return;
+        }
+        if (!fc.state->audit->healthy()) { // no tunnel either while nothing can be recorded
+            co_await deny(client, fc, 503, "audit_unavailable", rec, {}, false);
+            co_return;
+        }
+        if (hp.get().method() == http::verb::connect) {
+            co_await handle_connect(client, cbuf, hp, fc);
+            co_return;
+        }
+        destination d;
+        exchange_target tgt;
+        if (!parse_absolute_target(hp.get().target(), d, tgt)) {
+            co_await deny(client, fc, 400, "bad_request", rec, {}, false);
+            co_return;
+        }
+        // Policy on the destination first, so a denied host is never resolved.
+        if (dlp::match_rule(*fc.policy, d.host, d.port, "", "", true) == nullptr) {
+            rec.url = audit_log::redact_query("http://" + tgt.host_header + tgt.origin_form, true);
+            co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
+            co_return;
+        }
+        if (d.host != plain_dest.host || d.port != plain_dest.port) {
+            plain_up.stream.reset();
+            plain_dest = std::move(d);
+            switch (co_await resolve_destination(plain_dest, *fc.policy)) {
+            case resolve_result::failed:
+                plain_dest = {};
+                co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
+                co_return;
+            case resolve_result::private_address:
+                plain_dest = {};
+                co_await deny(client, fc, 403, "private_destination", rec, {}, false);
+                co_return;
+            case resolve_result::ok:
+                break;
+            }
+        }
+        tgt.dest = &plain_dest;
+        if (co_await run_exchange(client, cbuf, hp, tgt, plain_up, fc) != exchange_end::keep_going)
+            break;
+    }
+}
+
+// A verified client certificate's URI SANs and subject CN (RFC 5280 4.2.1.6, 4.1.2.6).
+std::optional<dlp::client_certificate> peer_certificate(SSL* ssl) {
+    X509* cert = SSL_get0_peer_certificate(ssl);
+    if (cert == nullptr || SSL_get_verify_result(ssl) != X509_V_OK)
+        return std::nullopt;
+    dlp::client_certificate out;
+    auto* names =
+        static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+    if (names != nullptr) {
+        for (int i = 0; i < sk_GENERAL_NAME_num(names); ++i) {
+            const GENERAL_NAME* gn = sk_GENERAL_NAME_value(names, i);
+            if (gn->type == GEN_URI) {
+                const ASN1_STRING* uri = gn->d.uniformResourceIdentifier;
+                out.uri_sans.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)),
+                                          static_cast<std::size_t>(ASN1_STRING_length(uri)));
+            }
+        }
+        GENERAL_NAMES_free(names);
+    }
+    X509_NAME* subject = X509_get_subject_name(cert);
+    int idx = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
+    if (idx >= 0) {
+        const ASN1_STRING* cn = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, idx));
+        out.subject_cn.assign(reinterpret_cast<const char*>(ASN1_STRING_get0_data(cn)),
+                              static_cast<std::size_t>(ASN1_STRING_length(cn)));
+    }
+    return out;
+}
+
 } // namespace
 
 net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_state> state,
@@ -852,83 +1000,31 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
 
     beast::tcp_stream client(std::move(socket));
     beast::flat_buffer cbuf;
-    const auto& settings = *fc.gen->settings;
 
     try {
         dlp::caller_evidence evidence;
         evidence.listener_identity = listener.identity;
         evidence.source = dlp::ip_address::parse(remote.address().to_string());
-
-        upstream<beast::tcp_stream> plain_up;
-        destination plain_dest; // resolved and checked once per upstream host:port
-        for (;;) {
-            http::request_parser<http::empty_body> hp;
-            if (!co_await read_head(client, cbuf, hp, fc))
-                co_return;
-            audit_record rec;
-            rec.method = std::string(hp.get().method_string());
-            rec.url = audit_log::redact_query(hp.get().target(), true);
-
-            // Who is calling, per request head: a Proxy-Authorization may come with any.
-            auto pa = hp.get().find(http::field::proxy_authorization);
-            evidence.proxy_authorization.reset();
-            if (pa != hp.get().end())
-                evidence.proxy_authorization = std::string(pa->value());
-            auto who = dlp::resolve_caller(settings.identities, evidence);
-            fc.identity = who.identity.value_or("");
-            fc.policy = who.identity ? dlp::policy_for(settings.policies, fc.identity) : nullptr;
-            if (!who.identity) {
-                co_await deny(client, fc, who.challenge ? 407 : 403, who.reason, rec, {}, false);
-                co_return;
-            }
-            if (fc.policy == nullptr) {
-                co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
-                co_return;
-            }
-            if (!fc.state->audit->healthy()) { // no tunnel either while nothing can be recorded
-                co_await deny(client, fc, 503, "audit_unavailable", rec, {}, false);
-                co_return;
-            }
-            if (hp.get().method() == http::verb::connect) {
-                co_await handle_connect(client, cbuf, hp, fc);
-                co_return;
-            }
-            destination d;
-            exchange_target tgt;
-            if (!parse_absolute_target(hp.get().target(), d, tgt)) {
-                co_await deny(client, fc, 400, "bad_request", rec, {}, false);
-                co_return;
-            }
-            // Policy on the destination first, so a denied host is never resolved.
-            if (dlp::match_rule(*fc.policy, d.host, d.port, "", "", true) == nullptr) {
-                rec.url =
-                    audit_log::redact_query("http://" + tgt.host_header + tgt.origin_form, true);
-                co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
-                co_return;
-            }
-            if (d.host != plain_dest.host || d.port != plain_dest.port) {
-                plain_up.stream.reset();
-                plain_dest = std::move(d);
-                switch (co_await resolve_destination(plain_dest, *fc.policy)) {
-                case resolve_result::failed:
-                    plain_dest = {};
-                    co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
-                    co_return;
-                case resolve_result::private_address:
-                    plain_dest = {};
-                    co_await deny(client, fc, 403, "private_destination", rec, {}, false);
-                    co_return;
-                case resolve_result::ok:
-                    break;
-                }
-            }
-            tgt.dest = &plain_dest;
-            if (co_await run_exchange(client, cbuf, hp, tgt, plain_up, fc) !=
-                exchange_end::keep_going)
-                break;
+        if (!listener.tls) {
+            co_await serve_requests(client, cbuf, fc, std::move(evidence));
+            boost::system::error_code ignored;
+            client.socket().shutdown(tcp::socket::shutdown_send, ignored);
+            co_return;
         }
-        boost::system::error_code ignored;
-        client.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        // HTTPS proxy listener: TLS to sluice itself, optionally with a client
+        // certificate (mTLS) that names the identity.
+        ssl_stream tls(std::move(client), *listener.tls);
+        tls.next_layer().expires_after(tls_handshake_timeout);
+        auto [hec] = co_await tls.async_handshake(ssl::stream_base::server, as_tuple);
+        if (hec) {
+            spdlog::info("flow {}: proxy listener TLS handshake failed (source client): {}",
+                         fc.flow, hec.message());
+            co_return;
+        }
+        evidence.certificate = peer_certificate(tls.native_handle());
+        co_await serve_requests(tls, cbuf, fc, std::move(evidence));
+        tls.next_layer().expires_after(2s);
+        co_await tls.async_shutdown(as_tuple);
     } catch (const std::exception& e) {
         spdlog::error("flow {}: internal error (source internal): {}", fc.flow, e.what());
     }

@@ -38,6 +38,9 @@ struct shared_state {
 /// What a listener contributes to a flow.
 struct listener_context {
     std::optional<std::string> identity;
+    /// Set for an HTTPS proxy listener: sluice's own certificate, and the client CA when
+    /// mTLS is required (verify_peer | fail_if_no_peer_cert).
+    std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
 /// Serves one accepted client connection to its end. Never throws: every error ends

@@ -80,6 +80,31 @@ void accept_loop(server::impl* self, std::size_t index) {
     });
 }
 
+// The TLS context of an HTTPS proxy listener: its certificate chain and key, and with
+// `client_ca` a required, verified client certificate (mTLS).
+std::expected<std::shared_ptr<net::ssl::context>, std::string>
+make_listener_tls(const config::listener_tls_settings& t) {
+    auto ctx = std::make_shared<net::ssl::context>(net::ssl::context::tls_server);
+    boost::system::error_code ec;
+    ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                         net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                         net::ssl::context::no_tlsv1_1 | net::ssl::context::no_compression,
+                     ec);
+    ctx->use_certificate_chain_file(t.cert.string(), ec);
+    if (ec)
+        return std::unexpected("tls.cert " + t.cert.string() + ": " + ec.message());
+    ctx->use_private_key_file(t.key.string(), net::ssl::context::pem, ec);
+    if (ec)
+        return std::unexpected("tls.key " + t.key.string() + ": " + ec.message());
+    if (t.client_ca) {
+        ctx->load_verify_file(t.client_ca->string(), ec);
+        if (ec)
+            return std::unexpected("tls.client_ca " + t.client_ca->string() + ": " + ec.message());
+        ctx->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
+    }
+    return ctx;
+}
+
 // Waits until no connection is live or the deadline passes, then stops every context.
 net::awaitable<void> drain(server::impl* self, std::chrono::milliseconds deadline) {
     auto end = std::chrono::steady_clock::now() + deadline;
@@ -138,7 +163,15 @@ server::create(std::shared_ptr<const config::settings> settings,
             return std::unexpected("listener " + l.host + ":" + std::to_string(l.port) + ": " +
                                    ec.message());
         m.acceptors.push_back(std::move(acc));
-        m.listener_contexts.push_back(listener_context{l.identity});
+        listener_context lc{l.identity, nullptr};
+        if (l.tls) {
+            auto tls = make_listener_tls(*l.tls);
+            if (!tls)
+                return std::unexpected("listener " + l.host + ":" + std::to_string(l.port) + ": " +
+                                       tls.error());
+            lc.tls = std::move(*tls);
+        }
+        m.listener_contexts.push_back(std::move(lc));
     }
     return s;
 }
@@ -159,9 +192,13 @@ void server::attach_metrics(std::shared_ptr<metrics> m) {
     impl_->state->stats = std::move(m);
 }
 
-net::io_context& server::admin_context() { return *impl_->contexts.front(); }
+net::io_context& server::admin_context() {
+    return *impl_->contexts.front();
+}
 
-bool server::ready() const { return !impl_->stopping.load() && impl_->state->audit->healthy(); }
+bool server::ready() const {
+    return !impl_->stopping.load() && impl_->state->audit->healthy();
+}
 
 std::vector<std::string> server::listening_addresses() const {
     std::vector<std::string> out;
