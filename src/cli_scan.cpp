@@ -8,6 +8,7 @@
 #include "sluice/detectors/embedded_rules.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
+#include "sluice/dlp/variants.hpp"
 
 #include <boost/json.hpp>
 
@@ -35,12 +36,16 @@ constexpr std::string_view scan_usage =
     "[PATH...|-]\n"
     "  Scans files (directories recursively) or stdin ('-' or no PATH) with the built-in\n"
     "  detectors plus any --rules files. One JSON object per finding on stdout:\n"
-    "  path, rule, category, offset, length, fingerprint, confidence (never the secret).\n"
+    "  path, rule, category, variant, offset, length, fingerprint, confidence (never the\n"
+    "  secret). Decoded variants are scanned too (base64, hex, percent, JSON/JS escapes,\n"
+    "  HTML entities, Unicode look-alikes, gzip/zlib inside base64), as in the proxy;\n"
+    "  for those, offset/length give the wrapped run in the file and variant the chain.\n"
     "  Exit 0 clean, 1 findings, 2 usage or input error.\n"
     "  --stats        print bytes scanned, scan seconds, MB/s (scanning only), rule compile\n"
     "                 time, file read time and findings per rule to stderr\n"
-    "  --no-variants  accepted; decoded variants (base64, gzip, ...) are not implemented\n"
-    "                 yet, so every scan is of the raw bytes\n";
+    "  --no-variants  scan the raw bytes only\n"
+    "  A file whose decoded variants exceed 16x its size plus 1 MiB is reported as\n"
+    "  'decode budget exceeded' (exit 2) after the findings made so far.\n";
 
 constexpr std::string_view rules_usage =
     "usage: sluice rules list [--rules FILE]...\n"
@@ -135,6 +140,7 @@ bool read_file(const fs::path& p, std::string& out) {
 int cmd_scan(int argc, char** argv) {
     bool stats = false;
     bool text = false;
+    bool variants = true;
     std::vector<std::string> rule_files;
     std::vector<std::string> paths;
     for (int i = 1; i < argc; ++i) {
@@ -143,7 +149,7 @@ int cmd_scan(int argc, char** argv) {
             std::cout << scan_usage;
             return 0;
         } else if (a == "--no-variants") {
-            // Raw scanning is all there is for now (see usage).
+            variants = false;
         } else if (a == "--stats") {
             stats = true;
         } else if (a == "--format" && i + 1 < argc) {
@@ -175,6 +181,12 @@ int cmd_scan(int argc, char** argv) {
     if (!rs)
         return 2;
     detectors::scanner scanner(rs);
+    // Files have no per-message limit: the relative budget (16x + 1 MiB) still bounds work.
+    dlp::variant_options vopts;
+    vopts.decoders = variants;
+    vopts.budget.max_decoded_bytes = static_cast<std::size_t>(-1);
+    vopts.budget.max_candidates = static_cast<std::size_t>(-1);
+    dlp::variant_scanner vscanner(scanner, vopts);
 
     // Expand directories into their regular files, in a stable order.
     std::vector<std::string> inputs;
@@ -201,7 +213,7 @@ int cmd_scan(int argc, char** argv) {
     }
 
     std::string data;
-    std::vector<detectors::finding> findings;
+    std::vector<dlp::variant_finding> findings;
     std::map<std::string, std::size_t> per_rule;
     std::size_t bytes = 0, total_findings = 0;
     double read_s = 0, scan_s = 0;
@@ -216,22 +228,28 @@ int cmd_scan(int argc, char** argv) {
             continue;
         }
         findings.clear();
-        const bool scanned = scanner.scan(data, findings);
+        vscanner.reset();
+        const auto vst = vscanner.scan(data, "file", findings);
         scan_s += std::chrono::duration<double>(clock_type::now() - t1).count();
         bytes += data.size();
-        if (!scanned) {
+        if (vst == dlp::variant_status::scanner_error) {
             std::cerr << "sluice scan: " << path << ": scanner failure\n";
             status = 2;
             continue;
         }
+        if (vst != dlp::variant_status::ok) {
+            std::cerr << "sluice scan: " << path << ": decode budget exceeded\n";
+            status = 2; // the findings made before the budget ran out are still printed
+        }
         const std::string_view shown =
             path == "-" ? std::string_view("<stdin>") : std::string_view(path);
-        for (const auto& f : findings) {
+        for (const auto& vf : findings) {
+            const detectors::finding& f = vf.f;
             ++per_rule[f.rule_id];
             ++total_findings;
             if (text) {
-                std::cout << shown << ':' << f.begin << ": " << f.rule_id << " (" << f.category
-                          << ") length " << (f.end - f.begin) << ' ' << f.fingerprint
+                std::cout << shown << ':' << vf.offset << ": " << f.rule_id << " (" << f.category
+                          << ") " << vf.variant << " length " << vf.length << ' ' << f.fingerprint
                           << " confidence " << f.confidence << '\n';
             } else {
                 // Built by hand so confidence prints as 0.99, not Boost.JSON's 9.9E-1;
@@ -240,11 +258,13 @@ int cmd_scan(int argc, char** argv) {
                 std::snprintf(
                     numbers, sizeof numbers,
                     ",\"offset\":%zu,\"length\":%zu,\"fingerprint\":\"%s\",\"confidence\":%.2f}",
-                    f.begin, f.end - f.begin, f.fingerprint.c_str(), f.confidence);
+                    vf.offset, vf.length, f.fingerprint.c_str(), f.confidence);
                 std::cout << "{\"path\":" << boost::json::serialize(boost::json::string(shown))
                           << ",\"rule\":" << boost::json::serialize(boost::json::string(f.rule_id))
                           << ",\"category\":"
-                          << boost::json::serialize(boost::json::string(f.category)) << numbers
+                          << boost::json::serialize(boost::json::string(f.category))
+                          << ",\"variant\":"
+                          << boost::json::serialize(boost::json::string(vf.variant)) << numbers
                           << '\n';
             }
         }
