@@ -52,6 +52,7 @@ SRC_NONE = "127.0.0.9"      # matches no CIDR
 class st:
     tmp = None
     sluice = None
+    config = None
     stderr = None
     origin = None        # TLS origin, test CA, intercepted
     opaque_origin = None  # TLS origin, test CA, reached through an uninspected tunnel
@@ -234,6 +235,18 @@ def stop_everything():
         shutil.rmtree(st.tmp, ignore_errors=True)
 
 
+def start_sluice():
+    st.sluice = subprocess.Popen([tp.sluice_binary(), "run", "--config", st.config],
+                                 stdout=subprocess.DEVNULL, stderr=st.stderr,
+                                 stdin=subprocess.DEVNULL, env=tp.client_env())
+    for port in (st.port_plain_listener, st.port_bound_listener, st.port_mtls_listener):
+        if not tp.wait_for_port(port, st.sluice, tp.START_TIMEOUT_S):
+            with open(os.path.join(st.tmp, "sluice.stderr"), "rb") as f:
+                err = f.read().decode(errors="replace")[-4000:]
+            raise RuntimeError("sluice did not listen on %d (exit %s):\n%s"
+                               % (port, st.sluice.poll(), err))
+
+
 def setUpModule():
     binary = tp.sluice_binary()
     atexit.register(stop_everything)
@@ -255,16 +268,9 @@ def setUpModule():
         st.audit = os.path.join(st.tmp, "audit.jsonl")
         config = os.path.join(st.tmp, "sluice.yaml")
         write_config(config)
-        st.stderr = open(os.path.join(st.tmp, "sluice.stderr"), "wb")
-        st.sluice = subprocess.Popen([binary, "run", "--config", config],
-                                     stdout=subprocess.DEVNULL, stderr=st.stderr,
-                                     stdin=subprocess.DEVNULL, env=tp.client_env())
-        for port in (st.port_plain_listener, st.port_bound_listener, st.port_mtls_listener):
-            if not tp.wait_for_port(port, st.sluice, tp.START_TIMEOUT_S):
-                with open(os.path.join(st.tmp, "sluice.stderr"), "rb") as f:
-                    err = f.read().decode(errors="replace")[-4000:]
-                raise RuntimeError("sluice did not listen on %d (exit %s):\n%s"
-                                   % (port, st.sluice.poll(), err))
+        st.config = config
+        st.stderr = open(os.path.join(st.tmp, "sluice.stderr"), "ab")
+        start_sluice()
         st.sluice_ca = os.path.join(st.tmp, "data", "ca.pem")
         # test_proxy's audit reader and curl() read these.
         tp.S.tmp, tp.S.audit_path = st.tmp, st.audit
@@ -363,6 +369,17 @@ def basic(user, token):
 
 class base(unittest.TestCase):
     maxDiff = 4000
+
+    crash_expected = False
+
+    def tearDown(self):
+        # A crash is a finding of its own: name it, and start sluice again (same config,
+        # same data dir and CA) so that it does not fail every later test as well.
+        code = st.sluice.poll() if st.sluice is not None else None
+        if code is not None:
+            start_sluice()
+            if not self.crash_expected:
+                self.fail("sluice exited (code %s) during this test" % code)
 
     def assert_answer(self, a, status, reason):
         """A sluice answer (CONTRACT.md): status, X-Sluice-Flow, JSON with reason/flow.
@@ -512,13 +529,23 @@ class identity_test(base):
         t.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (auth, auth)).encode())
         return t, read_answer(t, "CONNECT")
 
+    # PROXY BUG (reported): when an intercepted CONNECT over the HTTPS (mTLS) listener
+    # ends, serve_client() calls tls.next_layer().expires_after(2s) on the ssl_stream
+    # that handle_connect() moved into its owning_layer: null basic_stream impl ->
+    # SIGSEGV (flow.cpp serve_client, "tls.next_layer().expires_after(2s)"). The
+    # request itself succeeds; the process dies right after.
+    @unittest.expectedFailure
     def test_mtls_spiffe_uri_san_resolves(self):
+        type(self).crash_expected = True
         m = marker()
         r = self.mtls_curl(m, "client")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(r.stdout.endswith(b"\n200"), r.stdout[-300:])
         self.assertEqual(len(st.origin.requests_for(m)), 1)
         self.assertEqual(self.identity_of_allowed(m), "spiffe")
+        time.sleep(0.5)
+        self.assertIsNone(st.sluice.poll(), "sluice crashed after the mTLS tunnel ended")
+        type(self).crash_expected = False
 
     def test_mtls_certificate_matching_nobody_is_403(self):
         t, a = self.mtls_connect("nobody")
@@ -633,7 +660,7 @@ class policy_test(base):
 # ---------------------------------------------------------------- host spellings
 
 SPELLINGS = ["0x7f000001", "2130706433", "0177.0.0.1", "127.1", "LOCALHOST.", "0X7F.1",
-             "127.0.0.1.", "LocalHost"]
+             "127.1.", "LocalHost"]
 
 
 class host_spelling_test(base):
@@ -664,6 +691,17 @@ class host_spelling_test(base):
                 flow = self.assert_answer(a, 403, "private_destination")
                 self.assert_audit(flow, "deny", "private_destination", "ssrf")
         self.assertEqual(st.canary.count, 0, "sluice connected to a denied destination")
+
+    def test_dotted_quad_with_trailing_dot_is_refused_either_way(self):
+        # "127.0.0.1." is refused at parse time (400: Boost.URL does not take an IPv4
+        # literal followed by a dot) even where 127.0.0.1 is allowed; it must never
+        # reach a private address without an exception.
+        for source, allowed in ((SRC_SSRF, (400, 403)), (SRC_MAIN, (200, 400))):
+            with self.subTest(source=source):
+                s, a = connect("127.0.0.1.:%d" % st.canary.port, source=source)
+                s.close()
+                self.assertIn(a.status, allowed, a)
+        self.assertEqual(st.canary.count, 0)
 
 
 # ---------------------------------------------------------------- SSRF
@@ -795,22 +833,36 @@ def malformed_shapes(target, host):
     ]
 
 
+# Shapes sluice currently forwards (reported as proxy gaps; see the expectedFailure tests).
+KNOWN_GAPS = {"cl_list", "huge_chunk_extension"}
+# Shapes refused only once the body is read: the head was valid, so the identity is known.
+BODY_LEVEL = {"invalid_chunk_size", "huge_chunk_extension"}
+
+
 class strictness_test(base):
     def check_400(self, a, m, identity="main"):
         flow = self.assert_answer(a, 400, "bad_request")
         self.assert_audit(flow, "deny", "bad_request", identity)
         self.assert_origin_saw_nothing(m)
 
-    def test_malformed_absolute_form_requests(self):
+    def absolute_form(self, names):
         for name, data in malformed_shapes("http://127.0.0.1:%d/%s" % (st.plain.port, "{m}"),
                                            "127.0.0.1:%d" % st.plain.port):
+            if name not in names:
+                continue
             with self.subTest(shape=name):
                 m = marker()
-                self.check_400(send_raw(data.replace(b"{m}", m.encode())), m)
+                # A head that cannot be parsed is refused before identity resolution
+                # (identity comes from the head: Proxy-Authorization), so its audit line
+                # has identity null; a body-level error comes after resolution.
+                self.check_400(send_raw(data.replace(b"{m}", m.encode())), m,
+                               "main" if name in BODY_LEVEL else None)
 
-    def test_malformed_requests_inside_intercepted_tunnel(self):
+    def tunnel(self, names):
         auth = "localhost:%d" % st.origin.port
         for name, data in malformed_shapes("/{m}", auth):
+            if name not in names:
+                continue
             with self.subTest(shape=name):
                 m = marker()
                 s, a = connect(auth)
@@ -822,6 +874,28 @@ class strictness_test(base):
                 finally:
                     s.close()
                 self.check_400(r, m)
+
+    def all_shapes(self):
+        return {n for n, _ in malformed_shapes("/", "x")} - KNOWN_GAPS
+
+    def test_malformed_absolute_form_requests(self):
+        self.absolute_form(self.all_shapes())
+
+    def test_malformed_requests_inside_intercepted_tunnel(self):
+        self.tunnel(self.all_shapes())
+
+    # PROXY GAP (reported): "Content-Length: 5, 5" (a duplicate in list form) is accepted
+    # and forwarded (sluice re-frames with one Content-Length, so it is not a smuggling
+    # vector through sluice, but issue 5 asks for 400 on any duplicate Content-Length);
+    # a 70000-byte chunk extension ("5;eee...\r\nhello\r\n0\r\n\r\n") is accepted and
+    # the request forwarded, where issue 5 asks for 400 on huge chunk extensions.
+    @unittest.expectedFailure
+    def test_known_gaps_absolute_form(self):
+        self.absolute_form(KNOWN_GAPS)
+
+    @unittest.expectedFailure
+    def test_known_gaps_inside_tunnel(self):
+        self.tunnel(KNOWN_GAPS)
 
     def test_http2_preface_on_listener(self):
         a = send_raw(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00" * 9)
