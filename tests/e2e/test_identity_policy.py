@@ -890,12 +890,20 @@ class strictness_test(base):
     # a 70000-byte chunk extension ("5;eee...\r\nhello\r\n0\r\n\r\n") is accepted and
     # the request forwarded, where issue 5 asks for 400 on huge chunk extensions.
     @unittest.expectedFailure
-    def test_known_gaps_absolute_form(self):
-        self.absolute_form(KNOWN_GAPS)
+    def test_gap_content_length_list_absolute_form(self):
+        self.absolute_form({"cl_list"})
 
     @unittest.expectedFailure
-    def test_known_gaps_inside_tunnel(self):
-        self.tunnel(KNOWN_GAPS)
+    def test_gap_content_length_list_inside_tunnel(self):
+        self.tunnel({"cl_list"})
+
+    @unittest.expectedFailure
+    def test_gap_huge_chunk_extension_absolute_form(self):
+        self.absolute_form({"huge_chunk_extension"})
+
+    @unittest.expectedFailure
+    def test_gap_huge_chunk_extension_inside_tunnel(self):
+        self.tunnel({"huge_chunk_extension"})
 
     def test_http2_preface_on_listener(self):
         a = send_raw(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00" * 9)
