@@ -10,7 +10,9 @@
 #include <ctime>
 #include <fcntl.h>
 #include <fstream>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <unordered_set>
 
@@ -205,7 +207,34 @@ void audit_log::sync_loop() {
 
 bool audit_log::healthy() const {
     std::lock_guard lock(mutex_);
-    return healthy_;
+    if (!healthy_)
+        return false;
+    if (options_.headroom == 0 || !regular_)
+        return true;
+    // The allow record is written after the response was relayed, so "nothing forwarded
+    // unrecorded" needs a look ahead: refuse new exchanges while the next records might
+    // not fit (disk nearly full, or a file size limit nearly reached).
+    auto now = std::chrono::steady_clock::now();
+    if (now - room_checked_ < std::chrono::milliseconds(100))
+        return room_;
+    room_checked_ = now;
+    bool room = true;
+    struct statvfs vfs {};
+    if (::fstatvfs(fd_, &vfs) == 0 &&
+        static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize < options_.headroom)
+        room = false;
+    struct rlimit rl {};
+    if (::getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        size_ + options_.headroom > rl.rlim_cur)
+        room = false;
+    if (room_ && !room) {
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        spdlog::error("audit log {}: less than {} bytes can still be written; denying new "
+                      "exchanges until there is room",
+                      path_.string(), options_.headroom);
+    }
+    room_ = room;
+    return room_;
 }
 
 bool audit_log::append(const audit_record& r) {

@@ -62,6 +62,10 @@ struct audit_options {
     std::chrono::milliseconds fsync_interval{1000};
     /// Rotate before a record would take the file past this many bytes; 0 = never.
     std::uint64_t max_size = 64ull << 20;
+    /// healthy() is false unless at least this many bytes can still be written (free
+    /// space on the file system and the process's RLIMIT_FSIZE): an exchange is only
+    /// forwarded when its record, written after the response, will fit. 0 = no check.
+    std::uint64_t headroom = 64 << 10;
 };
 
 class audit_log {
@@ -85,7 +89,8 @@ public:
     bool append(const audit_record& r);
 
     /// False once a write has failed (new flows are denied with 503 until it recovers:
-    /// the next successful append makes it true again).
+    /// the next successful append makes it true again), or while less than `headroom`
+    /// bytes can be written (checked at most every 100 ms: one statvfs and getrlimit).
     bool healthy() const;
 
     /// Failed writes and detected removals since open (sluice_audit_errors_total).
@@ -109,12 +114,14 @@ private:
     ::ino_t ino_ = 0;
     audit_options options_;
     bool healthy_ = true;
+    mutable bool room_ = true; ///< last headroom check
+    mutable std::chrono::steady_clock::time_point room_checked_{};
     bool dirty_ = false; ///< written but not yet synced (interval mode)
     bool stopping_ = false;
     std::uint64_t seq_ = 0;
     std::string prev_hash_;
     std::filesystem::path path_;
-    std::atomic<std::uint64_t> errors_{0};
+    mutable std::atomic<std::uint64_t> errors_{0};
     std::condition_variable sync_cv_;
     std::thread sync_thread_;
 };
