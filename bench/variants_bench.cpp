@@ -8,8 +8,10 @@
 //   variants_raw          detectors::scanner::scan of the whole corpus (the raw pass)
 //   variants_all          variant_scanner::scan with every decoder (what the proxy runs on
 //                         a body without Content-Type extraction)
-//   variants_only/<name>  the raw pass plus one decoder family: its cost is the difference
-//                         to variants_raw (base64, hex, pct, escape, html, unicode)
+//   variants_only/family:N  the raw pass, the candidate pass and one decoder family (bit
+//                         N of dlp::decoder_bits: 1 base64, 2 hex, 4 pct, 8 escape, 16
+//                         html, 32 unicode; 0 = none, the candidate pass alone): a family's
+//                         cost is the difference to family:0
 //   variants_gzip_body    scan_body of the corpus gzip-compressed, Content-Encoding: gzip
 //
 // Counters: bytes_per_second over the corpus size; candidates, decoded MB and scanned
@@ -131,6 +133,7 @@ BENCHMARK(variants_only)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
     ->ArgName("family")
+    ->Arg(0) // none: the candidate pass alone (classification, no decoder)
     ->Arg(sluice::dlp::dec_base64)
     ->Arg(sluice::dlp::dec_hex)
     ->Arg(sluice::dlp::dec_pct)

@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bitset>
 #include <cctype>
 #include <cstdint>
 #include <cstring>
@@ -236,22 +235,24 @@ void collect_json(const boost::json::value& root, std::string& out) {
 // baseline; other targets use the table.
 struct block_masks {
     unsigned b64 = 0;
-    unsigned hexd = 0;
-    unsigned hexdig = 0;
-    unsigned pct = 0;    // '%'
-    unsigned amp = 0;    // '&'
-    unsigned bs = 0;     // '\\'
-    unsigned esc_ok = 0; // may follow '\\' in a region-starting escape: u U x / 0-7
-    unsigned amp_ok = 0; // may follow '&' in a reference: '#' or a letter
+    unsigned hexdig = 0; // 0-9 a-f A-F
+    unsigned cd = 0;     // ':' '-'
+    unsigned sp = 0;     // ' '
+    unsigned trig = 0;   // '%', '&', '\\' (judged with the next byte by trigger_ok)
 };
 
-// Trigger positions of `cur`: a byte that starts an escape worth decoding, judged with
-// the byte after it (the first byte of `nxt` for bit 15).
-inline unsigned triggers(const block_masks& cur, const block_masks& nxt) noexcept {
-    const unsigned hex_after = (cur.hexdig >> 1) | (nxt.hexdig << 15);
-    const unsigned esc_after = (cur.esc_ok >> 1) | (nxt.esc_ok << 15);
-    const unsigned amp_after = (cur.amp_ok >> 1) | (nxt.amp_ok << 15);
-    return ((cur.pct & hex_after) | (cur.bs & esc_after) | (cur.amp & amp_after)) & 0xFFFFu;
+// A trigger byte at d[k] that starts an escape worth decoding: '%' before a hex digit,
+// '\\' before u/U/x/'/'/octal, '&' before '#' or a letter. Needs k + 1 < size.
+inline bool trigger_ok(const unsigned char* d, std::size_t k) noexcept {
+    const unsigned char nx = d[k + 1];
+    switch (d[k]) {
+    case '%':
+        return (cls[nx] & k_hex) != 0;
+    case '\\':
+        return nx == 'u' || nx == 'U' || nx == 'x' || nx == '/' || (nx >= '0' && nx <= '7');
+    default:
+        return nx == '#' || std::isalpha(nx);
+    }
 }
 
 #if defined(__SSE2__)
@@ -275,19 +276,13 @@ inline block_masks classify16(const unsigned char* p) noexcept {
     const __m128i b64 =
         _mm_or_si128(_mm_or_si128(digit, alpha), _mm_or_si128(_mm_or_si128(eq(v, '+'), eq(v, '/')),
                                                               _mm_or_si128(dash, eq(v, '_'))));
-    const __m128i hexd = _mm_or_si128(_mm_or_si128(digit, hexalpha),
-                                      _mm_or_si128(_mm_or_si128(eq(v, ':'), dash), eq(v, ' ')));
     block_masks m;
     m.b64 = static_cast<unsigned>(_mm_movemask_epi8(b64));
-    m.hexd = static_cast<unsigned>(_mm_movemask_epi8(hexd));
     m.hexdig = static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(digit, hexalpha)));
-    m.pct = static_cast<unsigned>(_mm_movemask_epi8(eq(v, '%')));
-    m.amp = static_cast<unsigned>(_mm_movemask_epi8(eq(v, '&')));
-    m.bs = static_cast<unsigned>(_mm_movemask_epi8(eq(v, '\\')));
-    const __m128i esc_ok = _mm_or_si128(_mm_or_si128(eq(lower, 'u'), eq(v, 'x')),
-                                        _mm_or_si128(eq(v, '/'), in_range(v, '0', '7')));
-    m.esc_ok = static_cast<unsigned>(_mm_movemask_epi8(esc_ok));
-    m.amp_ok = static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(alpha, eq(v, '#'))));
+    m.cd = static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(eq(v, ':'), dash)));
+    m.sp = static_cast<unsigned>(_mm_movemask_epi8(eq(v, ' ')));
+    m.trig = static_cast<unsigned>(
+        _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(eq(v, '%'), eq(v, '&')), eq(v, '\\'))));
     return m;
 }
 #else
@@ -296,17 +291,10 @@ inline block_masks classify16(const unsigned char* p) noexcept {
     for (unsigned k = 0; k < 16; ++k) {
         const unsigned char c = cls[p[k]];
         m.b64 |= (c & k_b64 ? 1u : 0u) << k;
-        m.hexd |= (c & k_hexd ? 1u : 0u) << k;
         m.hexdig |= (c & k_hex ? 1u : 0u) << k;
-        const unsigned bit = 1u << k;
-        m.pct |= p[k] == '%' ? bit : 0;
-        m.amp |= p[k] == '&' ? bit : 0;
-        m.bs |= p[k] == '\\' ? bit : 0;
-        m.esc_ok |= (p[k] == 'u' || p[k] == 'U' || p[k] == 'x' || p[k] == '/' ||
-                     (p[k] >= '0' && p[k] <= '7'))
-                        ? bit
-                        : 0;
-        m.amp_ok |= (p[k] == '#' || std::isalpha(p[k])) ? bit : 0;
+        m.cd |= (p[k] == ':' || p[k] == '-' ? 1u : 0u) << k;
+        m.sp |= (p[k] == ' ' ? 1u : 0u) << k;
+        m.trig |= (c & k_trigger ? 1u : 0u) << k;
     }
     return m;
 }
@@ -813,7 +801,16 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
             x &= x >> 8;
             return x & 0xFFFFu;
         };
-        const std::uint32_t b64_runs = runs16(cur.b64 | (nxt.b64 << 16));
+        // A 16-run starting in [p, p+16) covers [p+8, p+16) or [p+16, p+24): a cheap,
+        // well-predicted test before the exact one.
+        const bool maybe_b64 = ((cur.b64 >> 8) & 0xFF) == 0xFF || (nxt.b64 & 0xFF) == 0xFF;
+        // Hex digits and delimiters; a space counts only between two hex digits, so
+        // indentation and prose never look like "67 68 70".
+        const std::uint32_t hexdig = cur.hexdig | (nxt.hexdig << 16);
+        const std::uint32_t hexd = hexdig | cur.cd | (nxt.cd << 16) |
+                                   ((cur.sp | (nxt.sp << 16)) & (hexdig << 1) & (hexdig >> 1));
+        const bool maybe_hex = ((hexd >> 8) & 0xFF) == 0xFF || ((hexd >> 16) & 0xFF) == 0xFF;
+        const std::uint32_t b64_runs = maybe_b64 ? runs16(cur.b64 | (nxt.b64 << 16)) : 0;
         if (b64_runs != 0) {
             std::size_t s = p + static_cast<unsigned>(__builtin_ctz(b64_runs));
             while (s > done && (cls[d[s - 1]] & k_b64))
@@ -821,14 +818,16 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
             auto st = visit_from(s);
             if (st != variant_status::ok)
                 return st;
-        } else if (opts_.enabled & dec_hex) {
+        } else if (maybe_hex && (opts_.enabled & dec_hex)) {
             // 16 bytes of hex digits and delimiters, at least 10 of them digits
             // ("67:68:70:71:72:7"; not indentation or a run of spaces).
-            const std::uint32_t hex_runs = runs16(cur.hexd | (nxt.hexd << 16));
+            const std::uint32_t hex_runs = runs16(hexd);
             if (hex_runs != 0) {
                 const unsigned k = static_cast<unsigned>(__builtin_ctz(hex_runs));
-                const std::uint32_t digits = ((cur.hexdig | (nxt.hexdig << 16)) >> k) & 0xFFFFu;
-                if (std::bitset<16>(digits).count() >= 10) {
+                unsigned digits = 0;
+                for (std::size_t q = p + k; q < p + k + 16; ++q)
+                    digits += is_hex(d[q]) ? 1 : 0;
+                if (digits >= 10) {
                     std::size_t s = p + k;
                     while (s > done && (cls[d[s - 1]] & k_hexd))
                         --s;
@@ -840,9 +839,9 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 }
             }
         }
-        for (unsigned t = triggers(cur, nxt); t != 0; t &= t - 1) {
+        for (unsigned t = cur.trig; t != 0; t &= t - 1) {
             const std::size_t k = p + static_cast<unsigned>(__builtin_ctz(t));
-            if (k < done)
+            if (k < done || !trigger_ok(d, k))
                 continue;
             auto st = visit_from(k);
             if (st != variant_status::ok)
@@ -866,6 +865,15 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
     std::size_t na_begin = npos;
     std::size_t na_end = 0;
     for (std::size_t k = (opts_.enabled & dec_unicode) ? 0 : n; k < n;) {
+#if defined(__SSE2__)
+        if (k + 16 <= n) {
+            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + k));
+            if (_mm_movemask_epi8(v) == 0) {
+                k += 16;
+                continue;
+            }
+        }
+#endif
         if (k + 8 <= n) {
             std::uint64_t w;
             std::memcpy(&w, d + k, 8);
