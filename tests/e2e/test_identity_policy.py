@@ -381,6 +381,12 @@ class base(unittest.TestCase):
             if not self.crash_expected:
                 self.fail("sluice exited (code %s) during this test" % code)
 
+    def tls(self, sock, server_hostname, check_hostname=True):
+        """TLS to sluice's interception leaf over a CONNECT tunnel; closed at cleanup."""
+        t = tls_over(sock, server_hostname, check_hostname)
+        self.addCleanup(t.close)
+        return t
+
     def assert_answer(self, a, status, reason):
         """A sluice answer (CONTRACT.md): status, X-Sluice-Flow, JSON with reason/flow.
         Returns the flow id."""
@@ -415,7 +421,7 @@ class base(unittest.TestCase):
         try:
             if a.status != 200:
                 return a, None
-            t = tls_over(s, server_hostname)
+            t = self.tls(s, server_hostname)
             t.sendall(request_bytes(method, path, host_header,
                                     (*inner_headers, "Connection: close")))
             return a, read_answer(t, method)
@@ -440,7 +446,7 @@ class identity_test(base):
                        headers=["Proxy-Authorization: " + basic("basic-user", st.basic_token)])
         try:
             self.assertEqual(a.status, 200, a)
-            t = tls_over(s, "localhost")
+            t = self.tls(s, "localhost")
             t.sendall(request_bytes("GET", "/" + m, self.origin_authority(),
                                     ("Connection: close",)))
             self.assertEqual(read_answer(t).status, 200)
@@ -524,10 +530,18 @@ class identity_test(base):
                                 os.path.join(st.tmp, cert + ".key"))
         raw = socket.create_connection(("127.0.0.1", st.port_mtls_listener),
                                        timeout=IO_TIMEOUT_S)
-        t = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
-        auth = self.origin_authority()
-        t.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (auth, auth)).encode())
-        return t, read_answer(t, "CONNECT")
+        try:
+            t = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+        except BaseException:
+            raw.close()
+            raise
+        try:
+            auth = self.origin_authority()
+            t.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (auth, auth)).encode())
+            return t, read_answer(t, "CONNECT")
+        except BaseException:
+            t.close()
+            raise
 
     # PROXY BUG (reported): when an intercepted CONNECT over the HTTPS (mTLS) listener
     # ends, serve_client() calls tls.next_layer().expires_after(2s) on the ssl_stream
@@ -583,7 +597,7 @@ class policy_test(base):
         s, a = connect(self.auth())
         try:
             self.assertEqual(a.status, 200, a)
-            t = tls_over(s, "localhost")
+            t = self.tls(s, "localhost")
             t.sendall(request_bytes("GET", "/" + ok, self.auth()))
             self.assertEqual(read_answer(t).status, 200)
             # Each denial answers keep-alive (no body): the next request uses the tunnel.
@@ -673,7 +687,7 @@ class host_spelling_test(base):
                 s, a = connect("%s:%d" % (sp, st.origin.port))
                 try:
                     self.assertEqual(a.status, 200, a)
-                    t = tls_over(s, canonical)
+                    t = self.tls(s, canonical)
                     t.sendall(request_bytes("GET", "/" + m, authority, ("Connection: close",)))
                     self.assertEqual(read_answer(t).status, 200)
                 finally:
@@ -759,7 +773,7 @@ class consistency_test(base):
         s, a = connect(self.auth())
         try:
             self.assertEqual(a.status, 200, a)
-            t = tls_over(s, "fronted.example", check_hostname=False)
+            t = self.tls(s, "fronted.example", check_hostname=False)
             t.sendall(request_bytes("GET", "/" + m, self.auth(), ("Connection: close",)))
             r = read_answer(t)
         finally:
@@ -789,7 +803,7 @@ class consistency_test(base):
                 s, a = connect(self.auth())
                 try:
                     self.assertEqual(a.status, 200, a)
-                    t = tls_over(s, "localhost")
+                    t = self.tls(s, "localhost")
                     t.sendall(request_bytes("GET", "/" + m, host, ("Connection: close",)))
                     r = read_answer(t)
                 finally:
@@ -868,7 +882,7 @@ class strictness_test(base):
                 s, a = connect(auth)
                 try:
                     self.assertEqual(a.status, 200, a)
-                    t = tls_over(s, "localhost")
+                    t = self.tls(s, "localhost")
                     t.sendall(data.replace(b"{m}", m.encode()))
                     r = read_answer(t, "POST")
                 finally:
@@ -914,7 +928,7 @@ class strictness_test(base):
         s, a = connect("localhost:%d" % st.origin.port)
         try:
             self.assertEqual(a.status, 200, a)
-            t = tls_over(s, "localhost")
+            t = self.tls(s, "localhost")
             t.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
             r = read_answer(t)
         finally:
