@@ -795,6 +795,15 @@ class consistency_test(base):
         self.assertEqual(json.loads(r.stdout.rsplit(b"\n", 1)[0])["reason"], "bad_request")
         self.assert_origin_saw_nothing(m)
 
+    def test_host_header_spelled_differently_but_equal_is_accepted(self):
+        # The check compares normalised hosts: case and a trailing dot do not matter.
+        for host in ("LOCALHOST:%d" % st.origin.port, "localhost.:%d" % st.origin.port):
+            with self.subTest(host=host):
+                m = marker()
+                a, r = self.tunnel_get(self.auth(), "localhost", host, "/" + m)
+                self.assertEqual((a.status, r.status), (200, 200), (a, r))
+                self.assertEqual(len(st.origin.requests_for(m)), 1)
+
     def test_host_header_different_from_connect_host_is_400(self):
         for host in ("fronted.example", "127.0.0.1:%d" % st.origin.port,
                      "localhost:%d" % st.plain.port, "user@localhost:%d" % st.origin.port):
