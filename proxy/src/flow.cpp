@@ -1,6 +1,7 @@
 #include "flow.hpp"
 
 #include "answers.hpp"
+#include "request_head.hpp"
 
 #include "sluice/detectors/scanner.hpp"
 #include "sluice/dlp/caller.hpp"
@@ -507,51 +508,6 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     co_return relay_ok && !client_close ? exchange_end::keep_going : exchange_end::close;
 }
 
-// Byte-level checks of a raw request head (request line through the empty line) for
-// shapes that Beast's parser tolerates but that smuggle or confuse (RFC 9112 sections
-// 2.2, 5.1, 5.2): bare CR or LF, NUL and other controls, obs-fold, header names that are
-// not tokens, a version other than HTTP/1.0 or HTTP/1.1 (an HTTP/2 preface), too many
-// fields.
-bool head_is_strict(std::string_view head) {
-    constexpr std::size_t max_fields = 128;
-    auto is_tchar = [](unsigned char c) {
-        return std::isalnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) !=
-                                      std::string_view::npos;
-    };
-    std::size_t pos = 0;
-    std::size_t fields = 0;
-    bool request_line = true;
-    while (pos < head.size()) {
-        auto eol = head.find("\r\n", pos);
-        if (eol == std::string_view::npos)
-            return false;
-        std::string_view line = head.substr(pos, eol - pos);
-        pos = eol + 2;
-        if (line.empty())
-            return pos == head.size();
-        for (unsigned char c : line)
-            if ((c < 0x20 && c != '\t') || c == 0x7f)
-                return false; // bare CR/LF, NUL and other controls
-        if (request_line) {
-            if (!line.ends_with(" HTTP/1.1") && !line.ends_with(" HTTP/1.0"))
-                return false;
-            request_line = false;
-            continue;
-        }
-        if (line.front() == ' ' || line.front() == '\t')
-            return false; // obs-fold
-        auto colon = line.find(':');
-        if (colon == 0 || colon == std::string_view::npos)
-            return false;
-        for (unsigned char c : line.substr(0, colon))
-            if (!is_tchar(c))
-                return false;
-        if (++fields > max_fields)
-            return false;
-    }
-    return false;
-}
-
 enum class head_status { ok, closed, malformed };
 
 // Reads one request head from the client into `buf` and parses it with Beast. The whole
@@ -562,27 +518,27 @@ enum class head_status { ok, closed, malformed };
 template <class Stream>
 net::awaitable<head_status> read_head_raw(Stream& client, beast::flat_buffer& buf,
                                           http::request_parser<http::empty_body>& hp) {
-    hp.header_limit(header_limit);
     std::size_t searched = 0;
     bool idle = buf.size() == 0;
     beast::get_lowest_layer(client).expires_after(idle ? client_idle_timeout
                                                        : client_header_timeout);
+    std::size_t head_size = 0;
     for (;;) {
         std::string_view data(static_cast<const char*>(buf.data().data()), buf.size());
         auto end = data.find("\r\n\r\n", searched > 3 ? searched - 3 : 0);
         if (end != std::string_view::npos) {
-            if (!head_is_strict(data.substr(0, end + 4)))
-                co_return head_status::malformed;
+            head_size = end + 4;
             break;
         }
         for (std::size_t i = searched; i < data.size(); ++i)
             if (data[i] == '\n' && (i == 0 || data[i - 1] != '\r'))
                 co_return head_status::malformed; // bare LF line ending
         searched = data.size();
-        if (data.size() >= header_limit)
+        if (data.size() >= request_header_limit)
             co_return head_status::malformed;
         auto [ec, n] = co_await client.async_read_some(
-            buf.prepare(std::min<std::size_t>(header_limit - data.size(), 16 * 1024)), as_tuple);
+            buf.prepare(std::min<std::size_t>(request_header_limit - data.size(), 16 * 1024)),
+            as_tuple);
         if (ec)
             co_return head_status::closed; // EOF, reset, idle or header timeout
         buf.commit(n);
@@ -591,18 +547,10 @@ net::awaitable<head_status> read_head_raw(Stream& client, beast::flat_buffer& bu
             beast::get_lowest_layer(client).expires_after(client_header_timeout);
         }
     }
-    auto [ec, n] = co_await http::async_read_header(client, buf, hp, as_tuple);
-    if (ec)
+    std::string_view head(static_cast<const char*>(buf.data().data()), head_size);
+    if (!parse_request_head(head, hp))
         co_return head_status::malformed;
-    const auto& h = hp.get();
-    auto cl = h.equal_range(http::field::content_length);
-    if (std::distance(cl.first, cl.second) > 1)
-        co_return head_status::malformed;
-    auto te = h.equal_range(http::field::transfer_encoding);
-    auto te_count = std::distance(te.first, te.second);
-    if (te_count > 1 ||
-        (te_count == 1 && (h.version() != 11 || !beast::iequals(te.first->value(), "chunked"))))
-        co_return head_status::malformed;
+    buf.consume(head_size);
     co_return head_status::ok;
 }
 
