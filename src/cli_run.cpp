@@ -237,6 +237,7 @@ int cmd_run(int argc, char** argv) {
     }
     proxy::audit_options audit_opts;
     audit_opts.fsync_always = settings->audit_fsync_always;
+    audit_opts.max_size = settings->audit_max_size;
     if (settings->audit_fsync_interval.count() > 0)
         audit_opts.fsync_interval = settings->audit_fsync_interval;
     auto audit = proxy::audit_log::open(settings->audit_path, audit_opts);

@@ -1260,7 +1260,7 @@ private:
     }
 
     void audit(const YAML::Node& n) {
-        auto m = w_.map(n, "audit", {"path", "fsync"}, true);
+        auto m = w_.map(n, "audit", {"path", "fsync", "max_size"}, true);
         if (!m) {
             return;
         }
@@ -1280,6 +1280,11 @@ private:
                     w_.error(*f, "invalid audit.fsync " + walker::shown(*f) +
                                      " (expected 'always' or an interval such as 1s)");
                 }
+            }
+        }
+        if (auto* ms = m->get("max_size")) {
+            if (auto v = w_.size(*ms, "audit.max_size")) {
+                s_.audit_max_size = *v;
             }
         }
     }

@@ -80,6 +80,7 @@ struct settings {
     std::filesystem::path audit_path;
     bool audit_fsync_always = true;
     std::chrono::milliseconds audit_fsync_interval{0}; ///< when not always (`fsync: 1s`)
+    std::uint64_t audit_max_size = 64ull << 20; ///< `audit.max_size`: rotate at this size
     std::string admin_address = "127.0.0.1:9901";      ///< "host:port" as written
     std::filesystem::path admin_token_file;            ///< absolute; default data_dir/admin.token
     std::string metrics_address = "127.0.0.1:9902";
