@@ -13,6 +13,8 @@
 //                         html, 32 unicode; 0 = none, the candidate pass alone): a family's
 //                         cost is the difference to family:0
 //   variants_gzip_body    scan_body of the corpus gzip-compressed, Content-Encoding: gzip
+//   variants_json_bodies  each corpus body through scan_body as application/json (the
+//                         proxy's per-request path, JSON extraction included)
 //
 // Counters: bytes_per_second over the corpus size; candidates, decoded MB and scanned
 // decoded buffers per pass; findings.
@@ -24,7 +26,9 @@
 #include <benchmark/benchmark.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -173,6 +177,58 @@ void variants_gzip_body(benchmark::State& state) {
     state.counters["compressed_MB"] = static_cast<double>(gz.size()) / 1e6;
 }
 BENCHMARK(variants_gzip_body)->Unit(benchmark::kMillisecond)->MinTime(1.0);
+
+// The corpus' individual JSON bodies (make-corpus writes them to <out>/bodies/), each
+// through scan_body as application/json: what the proxy does per request, including
+// the JSON extraction of bodies with escapes.
+const std::vector<std::string>& bodies() {
+    static const std::vector<std::string> all = [] {
+        std::vector<std::string> out;
+        std::error_code ec;
+        for (const char* dir : {"/tmp/corpus64/bodies", "/tmp/sluice-corpus/bodies"}) {
+            if (!std::filesystem::is_directory(dir, ec))
+                continue;
+            std::vector<std::filesystem::path> files;
+            for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+                files.push_back(e.path());
+            std::sort(files.begin(), files.end());
+            for (const auto& f : files) {
+                std::ifstream in(f, std::ios::binary);
+                out.emplace_back(std::istreambuf_iterator<char>(in),
+                                 std::istreambuf_iterator<char>());
+            }
+            break;
+        }
+        return out;
+    }();
+    return all;
+}
+
+void variants_json_bodies(benchmark::State& state) {
+    if (!ready(state))
+        return;
+    if (bodies().empty()) {
+        state.SkipWithError("no corpus bodies directory");
+        return;
+    }
+    sluice::detectors::scanner s(builtin());
+    std::size_t bytes = 0;
+    for (const auto& b : bodies())
+        bytes += b.size();
+    std::vector<sluice::dlp::variant_finding> out;
+    for (auto _ : state) {
+        for (const auto& b : bodies()) {
+            sluice::dlp::variant_scanner vs(s); // per request, default budget
+            out.clear();
+            if (vs.scan_body(b, "application/json", "", out) != sluice::dlp::variant_status::ok)
+                state.SkipWithError("variant scan did not complete");
+        }
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+    state.counters["bodies"] = static_cast<double>(bodies().size());
+}
+BENCHMARK(variants_json_bodies)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
 } // namespace
 

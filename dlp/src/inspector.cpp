@@ -79,28 +79,6 @@ bool inspector::ignored(const detectors::finding& f, std::string_view data) cons
         });
 }
 
-bool inspector::scan_into(std::string_view data, std::string_view location,
-                          std::vector<finding_record>& out) {
-    scratch_.clear();
-    if (!scanner_.scan(data, scratch_)) {
-        return false;
-    }
-    for (const auto& f : scratch_) {
-        if (!wanted(f) || ignored(f, data)) {
-            continue;
-        }
-        finding_record r;
-        r.rule = f.rule_id;
-        r.location = std::string(location);
-        r.variant = "raw";
-        r.offset = f.begin;
-        r.length = f.end >= f.begin ? f.end - f.begin : 0;
-        r.fingerprint = f.fingerprint;
-        out.push_back(std::move(r));
-    }
-    return true;
-}
-
 bool inspector::take(variant_status st, std::vector<variant_finding>& found,
                      std::vector<finding_record>& out, verdict& failed) const {
     switch (st) {

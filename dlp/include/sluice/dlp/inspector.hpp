@@ -89,9 +89,6 @@ public:
 
 private:
     verdict decide(std::vector<finding_record> findings) const;
-    /// False if the scanner reported an internal error.
-    bool scan_into(std::string_view data, std::string_view location,
-                   std::vector<finding_record>& out);
     bool wanted(const detectors::finding& f) const noexcept;
     bool ignored(const detectors::finding& f, std::string_view data) const;
     /// Filters and converts pipeline findings; a non-ok status becomes its deny verdict.
