@@ -11,8 +11,10 @@
 #include "sluice/dlp/inspector.hpp"
 #include "sluice/dlp/variants.hpp"
 
+#include <brotli/encode.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include <sys/resource.h>
 
@@ -461,6 +463,40 @@ TEST_F(variants_test, content_encodings_plain_and_stacked) {
     EXPECT_EQ(unknown.reason, "bad_request");
     auto garbage = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "br"}}, body);
     EXPECT_EQ(garbage.status, 400);
+}
+
+TEST_F(variants_test, brotli_and_zstd_bodies) {
+    const std::string token = first_example("github-pat-classic");
+    const std::string body = "{\"k\": \"" + token + "\"}";
+    std::string br(BrotliEncoderMaxCompressedSize(body.size()), '\0');
+    std::size_t br_size = br.size();
+    ASSERT_TRUE(BrotliEncoderCompress(BROTLI_DEFAULT_QUALITY, BROTLI_DEFAULT_WINDOW,
+                                      BROTLI_DEFAULT_MODE, body.size(),
+                                      reinterpret_cast<const std::uint8_t*>(body.data()), &br_size,
+                                      reinterpret_cast<std::uint8_t*>(br.data())));
+    br.resize(br_size);
+    std::string zs(ZSTD_compressBound(body.size()), '\0');
+    const std::size_t zs_size = ZSTD_compress(zs.data(), zs.size(), body.data(), body.size(), 3);
+    ASSERT_FALSE(ZSTD_isError(zs_size));
+    zs.resize(zs_size);
+    auto b = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "br"}}, br);
+    EXPECT_EQ(b.status, 403);
+    ASSERT_FALSE(b.findings.empty());
+    EXPECT_EQ(b.findings[0].variant, "br");
+    auto z = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "zstd"}}, zs);
+    EXPECT_EQ(z.status, 403);
+    // Stacked: gzip applied first, then zstd (undone in reverse).
+    std::string gz = gzip(body);
+    std::string zgz(ZSTD_compressBound(gz.size()), '\0');
+    zgz.resize(ZSTD_compress(zgz.data(), zgz.size(), gz.data(), gz.size(), 3));
+    auto s = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "gzip, zstd"}}, zgz);
+    EXPECT_EQ(s.status, 403);
+    ASSERT_FALSE(s.findings.empty());
+    EXPECT_EQ(s.findings[0].variant, "zstd>gzip");
+    // Truncated streams are malformed: refused, never passed.
+    auto t = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "zstd"}},
+                     zs.substr(0, zs.size() / 2));
+    EXPECT_EQ(t.status, 400);
 }
 
 TEST_F(variants_test, multipart_transfer_encodings_and_event_stream) {
