@@ -675,9 +675,16 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                             bool piece_hex = (q - p) % 2 == 0 && q - p >= min_hex_run;
                             for (std::size_t k = p; piece_hex && k < q; ++k)
                                 piece_hex = is_hex(d[k]);
-                            const bool ok = piece_hex
-                                                ? decode::hex(data.substr(p, q - p), decoded)
-                                                : decode::base64(data.substr(p, qe - p), decoded);
+                            // Same 12-byte plausibility test as for whole runs.
+                            bool ok = false;
+                            if (piece_hex) {
+                                ok = decode::hex(data.substr(p, q - p), decoded);
+                            } else {
+                                decode::base64(data.substr(p, min_run), decoded);
+                                ok = (decode::looks_compressed(decoded) ||
+                                      text_count(decoded) >= 9) &&
+                                     decode::base64(data.substr(p, qe - p), decoded);
+                            }
                             if (ok) {
                                 bool u2 = false;
                                 auto st =
