@@ -331,6 +331,13 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     }
     http::request_parser<http::string_body> bp{std::move(hp)};
     bp.body_limit(policy.dlp.max_body);
+    // Chunk extensions carry nothing sluice forwards (the body is re-framed); a long one
+    // is an attack on parsers downstream, so it is refused (RFC 9112 section 7.1.1).
+    auto on_chunk_header = [](std::uint64_t, beast::string_view extensions, beast::error_code& ec) {
+        if (extensions.size() > 256)
+            ec = http::error::bad_chunk_extension;
+    };
+    bp.on_chunk_header(on_chunk_header);
     beast::get_lowest_layer(client).expires_after(client_idle_timeout);
     {
         auto [ec, n] = co_await http::async_read(client, cbuf, bp, as_tuple);
@@ -683,43 +690,47 @@ net::awaitable<void> opaque_tunnel(ClientStream& client, beast::flat_buffer& cbu
 // interception with a leaf minted for the CONNECT host; inner requests run through
 // run_exchange one by one.
 // TLS inside TLS (CONNECT on an HTTPS proxy listener): asio::ssl::stream wants a next
-// layer with `lowest_layer_type`, which beast::ssl_stream lacks; this owning adapter
-// supplies it and forwards the stream operations.
+// layer with `lowest_layer_type`, which beast::ssl_stream lacks. This layer refers to
+// the listener's TLS stream (which outlives the tunnel, so serve_client can still shut
+// it down) and forwards the stream operations.
 template <class Inner>
-class owning_layer {
+class ref_layer {
 public:
     using executor_type = typename Inner::executor_type;
     using next_layer_type = Inner;
     using lowest_layer_type = Inner;
 
-    explicit owning_layer(Inner&& inner)
-        : inner_(std::move(inner)) {}
+    explicit ref_layer(Inner& inner)
+        : inner_(&inner) {}
 
-    executor_type get_executor() noexcept { return inner_.get_executor(); }
-    Inner& next_layer() noexcept { return inner_; }
-    const Inner& next_layer() const noexcept { return inner_; }
-    Inner& lowest_layer() noexcept { return inner_; }
+    executor_type get_executor() noexcept { return inner_->get_executor(); }
+    Inner& next_layer() noexcept { return *inner_; }
+    const Inner& next_layer() const noexcept { return *inner_; }
+    Inner& lowest_layer() noexcept { return *inner_; }
 
     template <class MutableBuffers, class Token>
     auto async_read_some(const MutableBuffers& b, Token&& token) {
-        return inner_.async_read_some(b, std::forward<Token>(token));
+        return inner_->async_read_some(b, std::forward<Token>(token));
     }
     template <class ConstBuffers, class Token>
     auto async_write_some(const ConstBuffers& b, Token&& token) {
-        return inner_.async_write_some(b, std::forward<Token>(token));
+        return inner_->async_write_some(b, std::forward<Token>(token));
     }
 
 private:
-    Inner inner_;
+    Inner* inner_;
 };
 
 template <class S>
 struct tls_layer {
-    using type = owning_layer<S>;
+    using type = ref_layer<S>;
+    static type make(S& s) { return type(s); }
 };
 template <>
 struct tls_layer<beast::tcp_stream> {
     using type = beast::tcp_stream;
+    // Beast's basic_stream leaves a valid, closed stream behind when moved from.
+    static type make(beast::tcp_stream& s) { return type(std::move(s)); }
 };
 
 template <class ClientStream>
@@ -777,8 +788,8 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
             co_return;
     }
 
-    using layer = typename tls_layer<ClientStream>::type;
-    beast::ssl_stream<layer> tls(layer(std::move(client)), *leaf);
+    beast::ssl_stream<typename tls_layer<ClientStream>::type> tls(
+        tls_layer<ClientStream>::make(client), *leaf);
     beast::get_lowest_layer(tls).expires_after(tls_handshake_timeout);
     auto [hec, used] =
         co_await tls.async_handshake(ssl::stream_base::server, cbuf.data(), as_tuple);
@@ -947,7 +958,8 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
                     : remote.address().to_string() + ":" + std::to_string(remote.port());
 
     beast::tcp_stream client(std::move(socket));
-    beast::flat_buffer cbuf;
+    // Bounded: unparsed input (a request head, a chunk header) never grows past this.
+    beast::flat_buffer cbuf(256 * 1024);
 
     try {
         dlp::caller_evidence evidence;

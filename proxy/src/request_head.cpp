@@ -60,9 +60,19 @@ bool parse_request_head(std::string_view head, http::request_parser<http::empty_
     if (ec || used != head.size() || !parser.is_header_done())
         return false;
     const auto& h = parser.get();
+    // Content-Length = 1*DIGIT (RFC 9110 section 8.6): one field, digits only; a list
+    // such as "5, 5" is refused rather than collapsed.
     auto cl = h.equal_range(http::field::content_length);
     if (std::distance(cl.first, cl.second) > 1)
         return false;
+    if (cl.first != cl.second) {
+        auto v = cl.first->value();
+        if (v.empty() || v.size() > 19)
+            return false;
+        for (char c : v)
+            if (c < '0' || c > '9')
+                return false;
+    }
     auto te = h.equal_range(http::field::transfer_encoding);
     auto te_count = std::distance(te.first, te.second);
     if (te_count > 1 || (te_count == 1 && (h.version() != 11 ||

@@ -543,14 +543,7 @@ class identity_test(base):
             t.close()
             raise
 
-    # PROXY BUG (reported): when an intercepted CONNECT over the HTTPS (mTLS) listener
-    # ends, serve_client() calls tls.next_layer().expires_after(2s) on the ssl_stream
-    # that handle_connect() moved into its owning_layer: null basic_stream impl ->
-    # SIGSEGV (flow.cpp serve_client, "tls.next_layer().expires_after(2s)"). The
-    # request itself succeeds; the process dies right after.
-    @unittest.expectedFailure
     def test_mtls_spiffe_uri_san_resolves(self):
-        type(self).crash_expected = True
         m = marker()
         r = self.mtls_curl(m, "client")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -856,8 +849,8 @@ def malformed_shapes(target, host):
     ]
 
 
-# Shapes sluice currently forwards (reported as proxy gaps; see the expectedFailure tests).
-KNOWN_GAPS = {"cl_list", "huge_chunk_extension"}
+# Shapes sluice forwards (none at present).
+KNOWN_GAPS = set()
 # Shapes refused only once the body is read: the head was valid, so the identity is known.
 BODY_LEVEL = {"invalid_chunk_size", "huge_chunk_extension"}
 
@@ -906,27 +899,6 @@ class strictness_test(base):
 
     def test_malformed_requests_inside_intercepted_tunnel(self):
         self.tunnel(self.all_shapes())
-
-    # PROXY GAP (reported): "Content-Length: 5, 5" (a duplicate in list form) is accepted
-    # and forwarded (sluice re-frames with one Content-Length, so it is not a smuggling
-    # vector through sluice, but issue 5 asks for 400 on any duplicate Content-Length);
-    # a 70000-byte chunk extension ("5;eee...\r\nhello\r\n0\r\n\r\n") is accepted and
-    # the request forwarded, where issue 5 asks for 400 on huge chunk extensions.
-    @unittest.expectedFailure
-    def test_gap_content_length_list_absolute_form(self):
-        self.absolute_form({"cl_list"})
-
-    @unittest.expectedFailure
-    def test_gap_content_length_list_inside_tunnel(self):
-        self.tunnel({"cl_list"})
-
-    @unittest.expectedFailure
-    def test_gap_huge_chunk_extension_absolute_form(self):
-        self.absolute_form({"huge_chunk_extension"})
-
-    @unittest.expectedFailure
-    def test_gap_huge_chunk_extension_inside_tunnel(self):
-        self.tunnel({"huge_chunk_extension"})
 
     def test_http2_preface_on_listener(self):
         a = send_raw(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00" * 9)
