@@ -609,7 +609,7 @@ private:
         auto m = w_.map(root, "the configuration",
                         {"version", "data_dir", "listeners", "ca", "upstream", "identities",
                          "policies", "protected_values", "credentials", "supervise", "admin",
-                         "metrics", "audit", "logging"});
+                         "metrics", "audit", "logging", "rule_files"});
         if (!m) {
             return;
         }
@@ -669,6 +669,16 @@ private:
         }
         if (auto* v = m->get("protected_values")) {
             protected_values(*v);
+        }
+        if (auto* v = m->get("rule_files")) {
+            // User rule files (same schema as detectors/rules/*.yml), added to the built-in
+            // rules; relative paths resolve against the configuration file's folder.
+            w_.seq(*v, "rule_files", [&](const YAML::Node& e) {
+                if (auto f = w_.str(e, "rule_files")) {
+                    fs::path p(*f);
+                    rule_files_.push_back({p.is_relative() ? base_dir_ / p : p, e.Mark()});
+                }
+            });
         }
         if (auto* v = m->get("credentials")) {
             credentials(*v);
@@ -1303,9 +1313,12 @@ private:
             return; // rule references cannot be checked without rules; the errors above say why
         }
         s_.rules = b.rules;
+        if (!rule_files_.empty() && !user_rules()) {
+            return;
+        }
         std::set<std::string, std::less<>> ids;
         std::set<std::string, std::less<>> categories;
-        for (const auto& r : b.rules->rules()) {
+        for (const auto& r : s_.rules->rules()) {
             ids.insert(r.id);
             categories.insert(r.category);
         }
@@ -1321,6 +1334,47 @@ private:
             }
         }
     }
+
+    // Built-in rules plus every `rule_files` entry, compiled into one ruleset. Problems in
+    // a rule file carry that file's line and column; compile problems point at the entry.
+    bool user_rules() {
+        auto all = builtin_rules();
+        if (!all) {
+            return false; // already reported through builtin()
+        }
+        bool ok = true;
+        for (const auto& f : rule_files_) {
+            auto loaded = load_rules_file(f.path);
+            if (!loaded) {
+                for (auto& d : loaded.error()) {
+                    w_.diags().push_back(std::move(d));
+                }
+                ok = false;
+                continue;
+            }
+            for (auto& r : *loaded) {
+                all->push_back(std::move(r));
+            }
+        }
+        if (!ok) {
+            return false;
+        }
+        auto compiled = detectors::ruleset::compile(std::move(*all));
+        if (!compiled) {
+            for (const auto& msg : compiled.error()) {
+                w_.error(rule_files_.front().mark, "rule_files: " + msg);
+            }
+            return false;
+        }
+        s_.rules = std::move(*compiled);
+        return true;
+    }
+
+    struct rule_file_ref {
+        fs::path path;
+        YAML::Mark mark;
+    };
+    std::vector<rule_file_ref> rule_files_;
 
     walker w_;
     fs::path base_dir_;

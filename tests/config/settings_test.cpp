@@ -2,6 +2,7 @@
 // the typed product and the FILE:LINE:COL diagnostics.
 #include "sluice/config/settings.hpp"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -615,3 +616,57 @@ TEST(settings, diagnostic_format) {
     EXPECT_EQ((diagnostic{"f.yaml", 3, 7, "boom"}).str(), "f.yaml:3:7: boom");
     EXPECT_EQ((diagnostic{"f.yaml", 0, 0, "unreadable"}).str(), "f.yaml: unreadable");
 }
+
+namespace {
+
+// A user rule file next to the config: its rules join the built-in ones, can be named in
+// dlp.detectors, and its problems come back with that file's line and column.
+TEST(settings, rule_files_add_user_rules_and_report_their_errors) {
+    const fs::path dir =
+        fs::temp_directory_path() / ("sluice-rule-files-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    {
+        std::ofstream out(dir / "internal.yml");
+        out << "rules:\n"
+               "  - id: acme-internal-token\n"
+               "    name: ACME internal token\n"
+               "    category: generic\n"
+               "    pattern: 'acme_tok_[0-9a-f]{32}'\n"
+               "    confidence: 0.9\n"
+               "    references: [https://wiki.acme.example/tokens]\n"
+               "    examples: [acme_tok_0123456789abcdef0123456789abcdef]\n"
+               "    negative_examples: [acme_tok_short]\n";
+    }
+    const fs::path file = dir / "sluice.yaml";
+    {
+        std::ofstream out(file);
+        out << "version: 1\ndata_dir: state\nlisteners: [{address: 127.0.0.1:0}]\n"
+               "rule_files: [internal.yml]\n"
+               "identities: [{name: a, source_cidrs: [127.0.0.0/8]}]\n"
+               "policies:\n"
+               "  - identity: a\n"
+               "    rules: [{hosts: ['*'], action: allow}]\n"
+               "    dlp: {detectors: [acme-internal-token, vcs]}\n";
+    }
+    auto r = load_file(file);
+    ASSERT_TRUE(r.has_value()) << dump(r.error());
+    auto rules = r->rules->rules();
+    EXPECT_TRUE(std::any_of(rules.begin(), rules.end(),
+                            [](const auto& x) { return x.id == "acme-internal-token"; }));
+    EXPECT_TRUE(std::any_of(rules.begin(), rules.end(),
+                            [](const auto& x) { return x.id == "github-pat-classic"; }));
+
+    {
+        std::ofstream out(dir / "internal.yml");
+        out << "rules:\n  - id: broken\n    colour: red\n";
+    }
+    auto bad = load_file(file);
+    ASSERT_FALSE(bad.has_value());
+    bool names_rule_file = false;
+    for (const auto& d : bad.error())
+        names_rule_file |= d.file.ends_with("internal.yml") && d.line >= 2;
+    EXPECT_TRUE(names_rule_file) << dump(bad.error());
+    fs::remove_all(dir);
+}
+
+} // namespace

@@ -89,7 +89,7 @@ struct settings {
     std::vector<credential_settings> credentials;
     std::string log_level = "info";
     std::string log_format = "text";
-    std::shared_ptr<const detectors::ruleset> rules; ///< compiled built-in rules
+    std::shared_ptr<const detectors::ruleset> rules; ///< built-in rules plus `rule_files`
 };
 
 struct load_options {
