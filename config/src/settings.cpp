@@ -908,8 +908,9 @@ private:
 
     void policies(const YAML::Node& n) {
         w_.seq(n, "policies", [&](const YAML::Node& item) {
-            auto m = w_.map(item, "a policy",
-                            {"identity", "rules", "dlp", "limits", "private_destinations"});
+            auto m = w_.map(
+                item, "a policy",
+                {"identity", "rules", "dlp", "limits", "private_destinations", "credentials"});
             if (!m) {
                 return;
             }
@@ -964,6 +965,15 @@ private:
                 w_.seq(*pd, "private_destinations", [&](const YAML::Node& e) {
                     if (auto c = cidr(e, "private_destinations")) {
                         p.private_destinations.push_back(*c);
+                    }
+                });
+            }
+            if (auto* cr = m->get("credentials")) {
+                p.credentials.emplace();
+                w_.seq(*cr, "credentials", [&](const YAML::Node& e) {
+                    if (auto s = w_.str(e, "policy credential")) {
+                        p.credentials->push_back(*s);
+                        credential_refs_.push_back({*s, e.Mark(), "policy credential"});
                     }
                 });
             }
@@ -1150,6 +1160,13 @@ private:
             }
             src.from = secret_source::kind::env;
             src.ref = *s;
+            const char* v = std::getenv(s->c_str());
+            if (v == nullptr || *v == '\0') {
+                w_.error(*e, std::string(what) + ": environment variable '" + *s +
+                                 "' is not set or empty");
+                return std::nullopt;
+            }
+            src.value = v;
         } else {
             auto p = path(*f, "file");
             if (!p) {
@@ -1157,8 +1174,44 @@ private:
             }
             src.from = secret_source::kind::file;
             src.ref = p->string();
+            auto v = read_secret_file(*p);
+            if (!v) {
+                w_.error(*f, std::string(what) + ": secret file '" + src.ref + "' " + v.error());
+                return std::nullopt;
+            }
+            src.value = std::move(*v);
+        }
+        if (src.value.size() < 4) {
+            w_.error(e ? *e : *f, std::string(what) + " is shorter than 4 bytes");
+            return std::nullopt;
         }
         return src;
+    }
+
+    // The file's bytes without trailing CR/LF (secret files usually end in a newline).
+    static std::expected<std::string, std::string>
+    read_secret_file(const std::filesystem::path& p) {
+        constexpr std::size_t max_secret = 64 * 1024;
+        std::ifstream in(p, std::ios::binary);
+        if (!in) {
+            return std::unexpected(std::string("cannot be read: ") + std::strerror(errno));
+        }
+        std::string v(max_secret + 1, '\0');
+        in.read(v.data(), static_cast<std::streamsize>(v.size()));
+        if (in.bad()) {
+            return std::unexpected("cannot be read");
+        }
+        v.resize(static_cast<std::size_t>(in.gcount()));
+        if (v.size() > max_secret) {
+            return std::unexpected("is larger than 64 KiB");
+        }
+        while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) {
+            v.pop_back();
+        }
+        if (v.empty()) {
+            return std::unexpected("is empty");
+        }
+        return v;
     }
 
     void protected_values(const YAML::Node& n) {
@@ -1171,6 +1224,7 @@ private:
 
     void credentials(const YAML::Node& n) {
         std::set<std::string> names;
+        std::set<std::string> placeholders;
         w_.seq(n, "credentials", [&](const YAML::Node& e) {
             auto m = w_.map(e, "a credential",
                             {"name", "placeholder", "source", "hosts", "ports", "header", "query",
@@ -1192,6 +1246,11 @@ private:
             if (auto* p = m->get("placeholder")) {
                 if (auto s = w_.str(*p, "placeholder")) {
                     c.placeholder = *s;
+                    if (s->size() < 4) {
+                        w_.error(*p, "placeholder must be at least 4 characters");
+                    } else if (!placeholders.insert(*s).second) {
+                        w_.error(*p, "placeholder '" + *s + "' is used by another credential");
+                    }
                 }
             } else {
                 w_.error(m->mark, "credential needs a 'placeholder'");
@@ -1265,6 +1324,10 @@ private:
                     }
                 });
             }
+            if (c.ports.empty() && !m->get("ports")) {
+                c.ports.push_back(443); // a secret goes over TLS unless a port says otherwise
+            }
+            credential_names_.insert(c.name);
             s_.credentials.push_back(std::move(c));
         });
     }
@@ -1303,6 +1366,11 @@ private:
         for (const auto& r : refs_) {
             if (!identity_names_.contains(r.name)) {
                 w_.error(r.mark, r.what + " '" + r.name + "' is not a defined identity");
+            }
+        }
+        for (const auto& r : credential_refs_) {
+            if (!credential_names_.contains(r.name)) {
+                w_.error(r.mark, r.what + " '" + r.name + "' is not a defined credential");
             }
         }
         const auto& b = builtin();
@@ -1383,6 +1451,8 @@ private:
     std::map<std::string, YAML::Mark> identity_names_;
     std::set<std::string> policy_identities_;
     std::vector<name_ref> refs_;
+    std::vector<name_ref> credential_refs_;
+    std::set<std::string, std::less<>> credential_names_;
     std::vector<name_ref> detector_refs_;
     std::vector<name_ref> rule_refs_;
 };

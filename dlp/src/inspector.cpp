@@ -56,6 +56,9 @@ inspector::inspector(const policy& p, detectors::scanner& s, variant_options o)
 }
 
 bool inspector::wanted(const detectors::finding& f) const noexcept {
+    if (f.category == "protected") {
+        return true; // an operator's own protected values apply whatever the detector list
+    }
     const auto& list = policy_.dlp.detectors;
     return std::any_of(list.begin(), list.end(), [&](const std::string& d) {
         return d == "all" || d == f.rule_id || d == f.category;

@@ -281,6 +281,14 @@ bool audit_log::append(const audit_record& r) {
     o["reason"] = r.reason;
     o["inspected"] = r.inspected;
     o["findings"] = std::move(findings);
+    if (!r.credentials.empty()) {
+        boost::json::array names;
+        for (const auto& c : r.credentials)
+            names.emplace_back(c);
+        o["credentials"] = std::move(names);
+    }
+    if (r.masked_bytes > 0)
+        o["masked_bytes"] = r.masked_bytes;
     o["bytes_up"] = r.bytes_up;
     o["bytes_down"] = r.bytes_down;
     o["duration_ms"] = r.duration_ms;

@@ -365,7 +365,9 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         }
         dlp::request_view view{method, tgt.origin_form, tgt.dest->host, tgt.dest->port, headers};
         auto scan_started = std::chrono::steady_clock::now();
-        dlp::inspector ins(policy, thread_scanner(fc.gen->settings->rules));
+        dlp::variant_options vo;
+        vo.protect = fc.gen->protect;
+        dlp::inspector ins(policy, thread_scanner(fc.gen->settings->rules), std::move(vo));
         dlp::verdict v = ins.on_head(view);
         if (v.kind == dlp::verdict_kind::forward) {
             auto head_findings = std::move(v.findings);
@@ -392,14 +394,47 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     rec.inspected = rule->inspect;
 
     // The request as it goes upstream: origin-form, Host from the target, no hop-by-hop.
-    http::request<http::string_body> out{req.method(), tgt.origin_form, 11};
-    if (req.method() == http::verb::unknown)
-        out.method_string(req.method_string());
+    std::vector<dlp::broker_header> fwd;
     for (const auto& f : req) {
         if (is_hop_by_hop(f.name_string()) || f.name() == http::field::host)
             continue;
-        out.insert(f.name_string(), f.value());
+        fwd.push_back({f.name_string(), f.value()});
     }
+    // Credential brokering, after DLP so the real secret is never scanned: placeholders
+    // in scope are replaced in what goes upstream, any other one in the head denies.
+    const auto& broker = *fc.gen->broker;
+    dlp::broker_result brokered;
+    if (!broker.empty()) {
+        brokered =
+            broker.apply(fc.identity, policy, tgt.dest->host, tgt.dest->port, tgt.origin_form, fwd);
+        rec.credentials = brokered.credentials;
+        if (brokered.outcome == dlp::broker_result::kind::out_of_scope) {
+            bool ok = co_await deny(client, fc, 403, "credential_scope", rec, findings,
+                                    client_keep_alive);
+            co_return ok&& client_keep_alive ? exchange_end::keep_going : exchange_end::close;
+        }
+    }
+    std::vector<std::string_view> injected_secrets;
+    for (auto ci : brokered.injected)
+        injected_secrets.push_back(broker.credentials()[ci].secret);
+    dlp::secret_masker masker(std::move(injected_secrets));
+
+    http::request<http::string_body> out{req.method(), brokered.target.value_or(tgt.origin_form),
+                                         11};
+    if (req.method() == http::verb::unknown)
+        out.method_string(req.method_string());
+    std::size_t next_edit = 0;
+    std::sort(brokered.header_values.begin(), brokered.header_values.end());
+    for (std::size_t i = 0; i < fwd.size(); ++i) {
+        if (next_edit < brokered.header_values.size() &&
+            brokered.header_values[next_edit].first == i) {
+            out.insert(fwd[i].name, brokered.header_values[next_edit++].second);
+            continue;
+        }
+        out.insert(fwd[i].name, fwd[i].value);
+    }
+    if (masker.active()) // reflections are masked in the raw bytes: ask for them unencoded
+        out.set(http::field::accept_encoding, "identity");
     out.set(http::field::host, tgt.host_header);
     out.body() = std::move(req.body());
     out.keep_alive(true);
@@ -461,6 +496,30 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
 
     auto& rp = *parser;
     auto& res = rp.get();
+    if (masker.active()) {
+        // An injected secret echoed back (some APIs repeat headers in errors) never
+        // reaches the agent. Only identity-coded bodies can be checked.
+        auto coding = res[http::field::content_encoding];
+        if (!coding.empty() && !beast::iequals(coding, "identity")) {
+            up.stream.reset();
+            co_await deny(client, fc, 502, "upstream_encoding", rec, findings, false);
+            co_return exchange_end::close;
+        }
+        std::vector<std::pair<std::string, std::string>> fields;
+        std::size_t masked = 0;
+        for (const auto& f : res) {
+            std::string v(f.value());
+            masked += masker.mask(v);
+            fields.emplace_back(std::string(f.name_string()), std::move(v));
+        }
+        if (masked > 0) {
+            rec.masked_bytes += masked;
+            for (const auto& [name, value] : fields)
+                res.erase(name);
+            for (const auto& [name, value] : fields)
+                res.insert(name, value);
+        }
+    }
     const bool upstream_keep_alive = res.keep_alive() && !res.need_eof();
     bool client_close = !client_keep_alive || res.need_eof();
     res.keep_alive(!client_close);
@@ -488,6 +547,12 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 res.body().size = chunk.size() - res.body().size;
                 res.body().data = chunk.data();
                 res.body().more = !rp.is_done();
+                if (masker.active()) {
+                    auto emit =
+                        masker.feed(std::string_view(chunk.data(), res.body().size), rp.is_done());
+                    res.body().data = const_cast<char*>(emit.data());
+                    res.body().size = emit.size();
+                }
                 rec.bytes_down += res.body().size;
             } else {
                 res.body().data = nullptr;
@@ -509,6 +574,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     rec.decision = "allow";
     rec.reason = relay_ok ? "" : "relay_interrupted";
     rec.findings = to_audit(findings);
+    rec.masked_bytes += masker.masked();
     rec.duration_ms = elapsed_ms(started);
     if (!audit(fc, std::move(rec)))
         co_return exchange_end::close;

@@ -3,6 +3,8 @@
 #pragma once
 
 #include "sluice/config/settings.hpp"
+#include "sluice/dlp/credential_broker.hpp"
+#include "sluice/dlp/variants.hpp"
 #include "sluice/proxy/audit_log.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/metrics.hpp"
@@ -22,6 +24,10 @@ namespace sluice::proxy {
 struct generation {
     std::shared_ptr<const config::settings> settings;
     std::shared_ptr<boost::asio::ssl::context> upstream_tls;
+    /// `credentials` with their secrets (issue 11); never null, may be empty.
+    std::shared_ptr<const dlp::credential_broker> broker;
+    /// `protected_values` plus every brokered secret; null when there are none.
+    std::shared_ptr<const dlp::protected_values> protect;
 };
 
 /// State shared by every flow of a server. `current` is swapped on reload.

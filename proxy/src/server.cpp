@@ -46,6 +46,24 @@ make_generation(std::shared_ptr<const config::settings> settings) {
                                                       : std::string("system trust store");
         return std::unexpected("upstream trust store " + file + ": " + e.what());
     }
+    // Brokered secrets are protected values too: if the agent ever holds and sends one
+    // itself, in any encoding, DLP denies it.
+    std::vector<dlp::brokered_credential> creds;
+    std::vector<std::string> protect;
+    for (const auto& pv : settings->protected_values)
+        protect.push_back(pv.value);
+    for (const auto& c : settings->credentials) {
+        creds.push_back({c.name, c.placeholder, c.source.value, c.hosts, c.ports, c.header_name,
+                         c.header_value_template, c.query_name, c.identities});
+        protect.push_back(c.source.value);
+    }
+    gen->broker = std::make_shared<const dlp::credential_broker>(std::move(creds));
+    if (!protect.empty()) {
+        auto pv = dlp::protected_values::compile(protect);
+        if (!pv)
+            return std::unexpected(pv.error());
+        gen->protect = std::move(*pv);
+    }
     gen->settings = std::move(settings);
     return gen;
 }

@@ -121,6 +121,7 @@ void expect_error(const diagnostics& d, std::string_view needle, int line, int c
 
 TEST(settings, contract_example_loads) {
     const std::string token_hash = sha256_hex("s3cret-proxy-token");
+    ::setenv("OPENAI_API_KEY", "sk-proj-contract-example-value", 1);
     auto r = load_string(contract_example(token_hash), "contract.yaml");
     ASSERT_TRUE(r.has_value()) << dump(r.error());
     const settings& s = *r;
@@ -175,6 +176,8 @@ TEST(settings, contract_example_loads) {
     ASSERT_EQ(s.protected_values.size(), 1u);
     EXPECT_EQ(s.protected_values[0].from, secret_source::kind::env);
     EXPECT_EQ(s.protected_values[0].ref, "OPENAI_API_KEY");
+    EXPECT_EQ(s.protected_values[0].value, "sk-proj-contract-example-value");
+    EXPECT_EQ(s.credentials[0].ports, (std::vector<std::uint16_t>{443}));
     ASSERT_EQ(s.credentials.size(), 1u);
     EXPECT_EQ(s.credentials[0].placeholder, "sluice:openai");
     EXPECT_EQ(s.credentials[0].header_name, "Authorization");
@@ -670,3 +673,55 @@ TEST(settings, rule_files_add_user_rules_and_report_their_errors) {
 }
 
 } // namespace
+
+TEST(settings, secret_sources_are_read_at_load_and_problems_name_the_source_only) {
+    char dir_tmpl[] = "/tmp/sluice-secret-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir_tmpl), nullptr);
+    const fs::path dir(dir_tmpl);
+    {
+        std::ofstream(dir / "good") << "file-secret-value-123\r\n";
+        std::ofstream(dir / "empty") << "\n";
+    }
+    ::setenv("SLUICE_TEST_SECRET", "env-secret-value-456", 1);
+    ::unsetenv("SLUICE_TEST_UNSET");
+    std::string ok = std::string(minimal) +
+                     "protected_values:\n  - env: SLUICE_TEST_SECRET\n"
+                     "  - file: " +
+                     (dir / "good").string() +
+                     "\n"
+                     "identities:\n  - name: a\n    source_cidrs: [127.0.0.1/32]\n"
+                     "policies:\n  - identity: a\n    credentials: [c1]\n"
+                     "credentials:\n  - name: c1\n    placeholder: sluice:c1\n"
+                     "    source: {file: " +
+                     (dir / "good").string() +
+                     "}\n"
+                     "    hosts: [api.example.com]\n    query: {name: key}\n";
+    auto r = load_string(ok, "t.yaml");
+    ASSERT_TRUE(r.has_value()) << dump(r.error());
+    ASSERT_EQ(r->protected_values.size(), 2u);
+    EXPECT_EQ(r->protected_values[0].value, "env-secret-value-456");
+    EXPECT_EQ(r->protected_values[1].value, "file-secret-value-123");
+    ASSERT_EQ(r->credentials.size(), 1u);
+    EXPECT_EQ(r->credentials[0].source.value, "file-secret-value-123");
+    ASSERT_TRUE(r->policies[0].credentials.has_value());
+    EXPECT_EQ(*r->policies[0].credentials, std::vector<std::string>{"c1"});
+
+    auto d = errors_of(std::string(minimal) +
+                       "protected_values:\n"
+                       "  - env: SLUICE_TEST_UNSET\n"
+                       "  - file: " +
+                       (dir / "empty").string() + "\n  - file: " + (dir / "missing").string() +
+                       "\npolicies:\n  - identity: \"*\"\n    credentials: [nope]\n"
+                       "credentials:\n  - name: c2\n    placeholder: sl\n"
+                       "    source: {env: SLUICE_TEST_SECRET}\n    hosts: [x.example]\n"
+                       "    header: {name: x-api-key}\n");
+    expect_error(d, "'SLUICE_TEST_UNSET' is not set or empty", 6, 10);
+    expect_error(d, "is empty", 7, 11);
+    expect_error(d, "cannot be read", 8, 11);
+    expect_error(d, "policy credential 'nope' is not a defined credential", 11, 19);
+    expect_error(d, "placeholder must be at least 4 characters", 14, 18);
+    for (const auto& x : d) {
+        EXPECT_EQ(x.message.find("env-secret-value"), std::string::npos) << x.str();
+    }
+    fs::remove_all(dir);
+}

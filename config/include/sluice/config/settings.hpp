@@ -47,21 +47,26 @@ struct listener_settings {
     std::optional<listener_tls_settings> tls;
 };
 
-/// Where a secret comes from (`protected_values[]`, `credentials[].source`). Only the
-/// reference is stored; the value is read by whoever needs it, never by config.
+/// Where a secret comes from (`protected_values[]`, `credentials[].source`). The value is
+/// read when the configuration loads (so a reload re-reads it): an environment variable
+/// of sluice's own process, or a file's contents with trailing CR/LF removed. A variable
+/// that is unset or empty, or a file that is missing, unreadable, empty or over 64 KiB,
+/// is a configuration error (the diagnostic names the variable or file, never a value).
 struct secret_source {
     enum class kind { env, file };
     kind from = kind::env;
-    std::string ref; ///< environment variable name, or absolute file path
+    std::string ref;   ///< environment variable name, or absolute file path
+    std::string value; ///< the secret itself: never log, print or audit it
 };
 
-/// `credentials[]`: a brokered secret injected by the proxy (later issue).
+/// `credentials[]`: a brokered secret the proxy injects in place of a placeholder
+/// (issue 11; dlp/credential_broker.hpp has the rules).
 struct credential_settings {
     std::string name;
     std::string placeholder; ///< what the agent sends instead of the secret
     secret_source source;
-    std::vector<std::string> hosts; ///< normalised host patterns, as policy rules
-    std::vector<std::uint16_t> ports;
+    std::vector<std::string> hosts;      ///< normalised host patterns, as policy rules
+    std::vector<std::uint16_t> ports;    ///< empty in the file = [443]
     std::string header_name;             ///< set when injected into a header
     std::string header_value_template;   ///< contains "{secret}"
     std::string query_name;              ///< set when injected into a query parameter
@@ -80,7 +85,7 @@ struct settings {
     std::filesystem::path audit_path;
     bool audit_fsync_always = true;
     std::chrono::milliseconds audit_fsync_interval{0}; ///< when not always (`fsync: 1s`)
-    std::uint64_t audit_max_size = 64ull << 20; ///< `audit.max_size`: rotate at this size
+    std::uint64_t audit_max_size = 64ull << 20;        ///< `audit.max_size`: rotate at this size
     std::string admin_address = "127.0.0.1:9901";      ///< "host:port" as written
     std::filesystem::path admin_token_file;            ///< absolute; default data_dir/admin.token
     std::string metrics_address = "127.0.0.1:9902";

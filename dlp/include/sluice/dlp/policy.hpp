@@ -80,6 +80,9 @@ struct policy {
     dlp_settings dlp;
     policy_limits limits;
     std::vector<cidr> private_destinations; ///< SSRF exceptions
+    /// `credentials`: names of brokered credentials this identity may use (issue 11);
+    /// nullopt = every credential whose own `identities` admits it.
+    std::optional<std::vector<std::string>> credentials;
 };
 
 /// `Proxy-Authorization` credentials of an identity (CONTRACT.md `identities[].proxy_auth`).

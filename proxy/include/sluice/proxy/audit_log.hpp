@@ -53,6 +53,12 @@ struct audit_record {
     std::uint64_t bytes_down = 0; ///< response body bytes relayed to the client
     std::uint64_t duration_ms = 0;
     bool inspected = true; ///< false for an explicitly uninspected tunnel
+    /// Brokered credentials injected, or found out of scope (names only; written as
+    /// "credentials" when not empty).
+    std::vector<std::string> credentials;
+    /// Response bytes hidden because they reflected an injected secret ("masked_bytes",
+    /// written when not 0).
+    std::uint64_t masked_bytes = 0;
 };
 
 struct audit_options {

@@ -1,0 +1,125 @@
+// Credential brokering (issue 11; CONTRACT.md `credentials`): the agent holds a
+// placeholder such as "sluice:openai", and the proxy swaps in the real secret only in a
+// request of an allowed identity, to an allowed host and port, in the configured place
+// (a named header, or a query parameter). A placeholder anywhere else in the request head
+// (another header, the path, another query parameter) or outside its scope denies the
+// request (403 `credential_scope`); placeholders in bodies and WebSocket messages are not
+// looked at and so are left as they are (nothing leaks by substitution).
+//
+// The proxy calls apply() after DLP has passed the request (so the real secret is never
+// scanned) and writes the returned values into the request it forwards; secret_masker
+// then hides any reflection of an injected secret in the response.
+//
+// Thread safety: a credential_broker is immutable after construction and shared by every
+// thread of a configuration generation. A secret_masker belongs to one exchange. Nothing
+// here throws except std::bad_alloc.
+#pragma once
+
+#include "sluice/dlp/policy.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace sluice::dlp {
+
+/// One brokered secret (config `credentials[]`, with the value already read).
+struct brokered_credential {
+    std::string name;
+    std::string placeholder;             ///< what the agent sends; matched byte for byte
+    std::string secret;                  ///< the real value; never logged or audited
+    std::vector<std::string> hosts;      ///< host patterns, as host_matches()
+    std::vector<std::uint16_t> ports;    ///< destination ports allowed
+    std::string header_name;             ///< injected into this header (case-insensitive), or
+    std::string header_value_template;   ///< ... with this value, "{secret}" replaced
+    std::string query_name;              ///< injected into this query parameter (exact name)
+    std::vector<std::string> identities; ///< empty = any identity
+};
+
+/// A request header as forwarded (Proxy-Authorization and hop-by-hop fields excluded).
+struct broker_header {
+    std::string_view name;
+    std::string_view value;
+};
+
+struct broker_result {
+    enum class kind {
+        none,         ///< no placeholder in the head: forward as it is
+        inject,       ///< forward with header_values / target replaced
+        out_of_scope, ///< deny 403 credential_scope
+    };
+    kind outcome = kind::none;
+    /// Names of the credentials injected (inject) or found out of scope (out_of_scope),
+    /// each once, for the audit record.
+    std::vector<std::string> credentials;
+    /// inject: (index into the headers given to apply(), the value to forward instead).
+    std::vector<std::pair<std::size_t, std::string>> header_values;
+    /// inject: the origin-form target to forward when a query value was replaced.
+    std::optional<std::string> target;
+    /// inject: indices into credential_broker::credentials() of the injected secrets (for
+    /// secret_masker on the response).
+    std::vector<std::size_t> injected;
+};
+
+class credential_broker {
+public:
+    explicit credential_broker(std::vector<brokered_credential> credentials);
+
+    bool empty() const noexcept { return credentials_.empty(); }
+    const std::vector<brokered_credential>& credentials() const noexcept { return credentials_; }
+
+    /// Looks for every placeholder in `target` (origin-form "/path?query"; percent-decoded
+    /// before matching) and in the header values. A placeholder is injected when all hold:
+    /// it is in the credential's header (name compared case-insensitively) or is the value
+    /// of its query parameter (decoded name compared exactly); `identity` is in the
+    /// credential's identities (or that list is empty); `p.credentials` is unset or names
+    /// it; the normalised `host` matches one of its host patterns; `port` is one of its
+    /// ports. Any other occurrence makes the whole request out_of_scope (nothing is
+    /// injected). A header value is replaced by the rendered template; a query value by the
+    /// secret, percent-encoded (RFC 3986 section 2.1, unreserved characters kept), other
+    /// parameters byte for byte as they were. A target that is not a valid origin-form
+    /// (RFC 9112 section 3.2.1) but contains a placeholder is out_of_scope.
+    broker_result apply(std::string_view identity, const policy& p, std::string_view host,
+                        std::uint16_t port, std::string_view target,
+                        std::span<const broker_header> headers) const;
+
+private:
+    bool in_scope(const brokered_credential& c, std::string_view identity, const policy& p,
+                  std::string_view host, std::uint16_t port) const;
+
+    std::vector<brokered_credential> credentials_;
+};
+
+/// Hides reflected secrets in a response: every occurrence of any of the secrets becomes
+/// '*' repeated to the same length, so Content-Length and chunk sizes stay right. Works
+/// across chunk boundaries by holding back the last (longest secret - 1) bytes until more
+/// data or the end arrives. Only raw (identity-coded) bytes are matched; the proxy asks
+/// the origin for `Accept-Encoding: identity` when it injects.
+class secret_masker {
+public:
+    /// `secrets` must outlive the masker; empty strings are ignored.
+    explicit secret_masker(std::vector<std::string_view> secrets);
+
+    bool active() const noexcept { return longest_ > 0; }
+    /// Masks a whole value in place (a header field). Returns the bytes masked.
+    std::size_t mask(std::string& value) const;
+    /// Takes the next body bytes; returns the bytes that may be sent now (valid until the
+    /// next call). `last` = the body ends here: everything held back is returned too.
+    std::string_view feed(std::string_view data, bool last);
+    /// Bytes replaced so far (for the audit).
+    std::size_t masked() const noexcept { return masked_; }
+
+private:
+    std::vector<std::string_view> secrets_;
+    std::size_t longest_ = 0;
+    std::string pending_;
+    std::string out_;
+    std::size_t masked_ = 0;
+};
+
+} // namespace sluice::dlp

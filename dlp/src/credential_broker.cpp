@@ -1,0 +1,212 @@
+#include "sluice/dlp/credential_broker.hpp"
+
+#include <boost/url/encode.hpp>
+#include <boost/url/parse.hpp>
+#include <boost/url/rfc/unreserved_chars.hpp>
+#include <boost/url/url.hpp>
+
+#include <algorithm>
+#include <cctype>
+
+namespace sluice::dlp {
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) ==
+                      std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+std::string render(std::string_view tmpl, std::string_view secret) {
+    constexpr std::string_view mark = "{secret}";
+    std::string out;
+    out.reserve(tmpl.size() + secret.size());
+    std::size_t at = 0;
+    for (;;) {
+        auto hit = tmpl.find(mark, at);
+        if (hit == std::string_view::npos) {
+            out.append(tmpl.substr(at));
+            return out;
+        }
+        out.append(tmpl.substr(at, hit - at));
+        out.append(secret);
+        at = hit + mark.size();
+    }
+}
+
+void note(std::vector<std::string>& names, const std::string& name) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+        names.push_back(name);
+    }
+}
+
+} // namespace
+
+credential_broker::credential_broker(std::vector<brokered_credential> credentials)
+    : credentials_(std::move(credentials)) {}
+
+bool credential_broker::in_scope(const brokered_credential& c, std::string_view identity,
+                                 const policy& p, std::string_view host, std::uint16_t port) const {
+    if (!c.identities.empty() &&
+        std::find(c.identities.begin(), c.identities.end(), identity) == c.identities.end()) {
+        return false;
+    }
+    if (p.credentials &&
+        std::find(p.credentials->begin(), p.credentials->end(), c.name) == p.credentials->end()) {
+        return false;
+    }
+    if (std::find(c.ports.begin(), c.ports.end(), port) == c.ports.end()) {
+        return false;
+    }
+    return std::any_of(c.hosts.begin(), c.hosts.end(),
+                       [&](const std::string& pattern) { return host_matches(pattern, host); });
+}
+
+broker_result credential_broker::apply(std::string_view identity, const policy& p,
+                                       std::string_view host, std::uint16_t port,
+                                       std::string_view target,
+                                       std::span<const broker_header> headers) const {
+    broker_result r;
+    if (credentials_.empty()) {
+        return r;
+    }
+    std::vector<std::string> bad;
+    auto injected = [&](std::size_t ci) {
+        note(r.credentials, credentials_[ci].name);
+        if (std::find(r.injected.begin(), r.injected.end(), ci) == r.injected.end()) {
+            r.injected.push_back(ci);
+        }
+    };
+
+    // Headers.
+    for (std::size_t hi = 0; hi < headers.size(); ++hi) {
+        for (std::size_t ci = 0; ci < credentials_.size(); ++ci) {
+            const auto& c = credentials_[ci];
+            if (headers[hi].value.find(c.placeholder) == std::string_view::npos) {
+                continue;
+            }
+            if (!c.header_name.empty() && iequals(headers[hi].name, c.header_name) &&
+                in_scope(c, identity, p, host, port)) {
+                r.header_values.emplace_back(hi, render(c.header_value_template, c.secret));
+                injected(ci);
+            } else {
+                note(bad, c.name);
+            }
+        }
+    }
+
+    // Target: path and query, percent-decoded.
+    auto contains_any = [&](std::string_view s) {
+        return std::any_of(credentials_.begin(), credentials_.end(), [&](const auto& c) {
+            return s.find(c.placeholder) != std::string_view::npos;
+        });
+    };
+    auto parsed = boost::urls::parse_origin_form(target);
+    if (!parsed) {
+        for (const auto& c : credentials_) {
+            if (target.find(c.placeholder) != std::string_view::npos) {
+                note(bad, c.name);
+            }
+        }
+    } else {
+        std::string path = parsed->path();
+        std::string query = parsed->has_query() ? std::string(parsed->query()) : std::string();
+        bool raw_hit = contains_any(target) || contains_any(path) || contains_any(query);
+        if (raw_hit) {
+            for (const auto& c : credentials_) {
+                if (path.find(c.placeholder) != std::string::npos) {
+                    note(bad, c.name);
+                }
+            }
+            boost::urls::url u(*parsed);
+            auto params = u.encoded_params();
+            bool changed = false;
+            for (auto it = params.begin(); it != params.end(); ++it) {
+                auto pv = *it;
+                std::string key = pv.key.decode();
+                std::string value = pv.has_value ? pv.value.decode() : std::string();
+                for (std::size_t ci = 0; ci < credentials_.size(); ++ci) {
+                    const auto& c = credentials_[ci];
+                    bool in_key = key.find(c.placeholder) != std::string::npos;
+                    bool in_value = value.find(c.placeholder) != std::string::npos;
+                    if (!in_key && !in_value) {
+                        continue;
+                    }
+                    if (!in_key && !c.query_name.empty() && key == c.query_name &&
+                        in_scope(c, identity, p, host, port)) {
+                        // Copies: the views point into the URL being modified.
+                        std::string key_enc(pv.key);
+                        std::string enc =
+                            boost::urls::encode(c.secret, boost::urls::unreserved_chars);
+                        it = params.replace(
+                            it, boost::urls::param_pct_view(boost::urls::pct_string_view(key_enc),
+                                                            boost::urls::pct_string_view(enc)));
+                        changed = true;
+                        injected(ci);
+                        break; // the value is now the secret; no other placeholder left in it
+                    }
+                    note(bad, c.name);
+                }
+            }
+            if (changed) {
+                r.target = std::string(u.encoded_target());
+            }
+        }
+    }
+
+    if (!bad.empty()) {
+        r.outcome = broker_result::kind::out_of_scope;
+        r.credentials = std::move(bad);
+        r.header_values.clear();
+        r.target.reset();
+        r.injected.clear();
+    } else if (!r.injected.empty()) {
+        r.outcome = broker_result::kind::inject;
+    }
+    return r;
+}
+
+secret_masker::secret_masker(std::vector<std::string_view> secrets) {
+    for (auto s : secrets) {
+        if (!s.empty()) {
+            secrets_.push_back(s);
+            longest_ = std::max(longest_, s.size());
+        }
+    }
+}
+
+std::size_t secret_masker::mask(std::string& value) const {
+    std::size_t changed = 0;
+    for (auto s : secrets_) {
+        for (auto at = value.find(s); at != std::string::npos; at = value.find(s, at + s.size())) {
+            value.replace(at, s.size(), s.size(), '*');
+            changed += s.size();
+        }
+    }
+    return changed;
+}
+
+std::string_view secret_masker::feed(std::string_view data, bool last) {
+    if (!active()) {
+        return data;
+    }
+    pending_.append(data);
+    for (auto s : secrets_) {
+        for (auto at = pending_.find(s); at != std::string::npos;
+             at = pending_.find(s, at + s.size())) {
+            pending_.replace(at, s.size(), s.size(), '*');
+            masked_ += s.size();
+        }
+    }
+    // An occurrence that starts before the held-back tail fits in pending_ and was masked
+    // above; one that starts inside the tail is completed by the next call.
+    std::size_t hold = last ? 0 : std::min(pending_.size(), longest_ - 1);
+    std::size_t emit = pending_.size() - hold;
+    out_.assign(pending_, 0, emit);
+    pending_.erase(0, emit);
+    return out_;
+}
+
+} // namespace sluice::dlp

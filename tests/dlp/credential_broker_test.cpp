@@ -1,0 +1,140 @@
+// Credential brokering: where a placeholder is injected, where it denies, and masking of
+// reflected secrets across chunk boundaries.
+#include "sluice/dlp/credential_broker.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+using namespace sluice::dlp;
+
+namespace {
+
+const std::string openai_secret = "sk-proj-REALvalue0123456789abcdefABCDEF";
+const std::string maps_secret = "AIzaREAL/value+with=reserved&chars";
+
+credential_broker make_broker() {
+    std::vector<brokered_credential> cs;
+    cs.push_back({"openai",
+                  "sluice:openai",
+                  openai_secret,
+                  {"api.openai.com"},
+                  {443},
+                  "Authorization",
+                  "Bearer {secret}",
+                  "",
+                  {"patcher"}});
+    cs.push_back(
+        {"maps", "sluice:maps", maps_secret, {"*.googleapis.com"}, {443}, "", "", "key", {}});
+    return credential_broker(std::move(cs));
+}
+
+policy any_policy() {
+    policy p;
+    p.identity = "*";
+    return p;
+}
+
+} // namespace
+
+TEST(credential_broker, injects_header_for_identity_host_and_port_in_scope) {
+    auto b = make_broker();
+    std::vector<broker_header> hs{{"Content-Type", "application/json"},
+                                  {"authorization", "Bearer sluice:openai"}};
+    auto r = b.apply("patcher", any_policy(), "api.openai.com", 443, "/v1/chat", hs);
+    ASSERT_EQ(r.outcome, broker_result::kind::inject);
+    ASSERT_EQ(r.header_values.size(), 1u);
+    EXPECT_EQ(r.header_values[0].first, 1u);
+    EXPECT_EQ(r.header_values[0].second, "Bearer " + openai_secret);
+    EXPECT_EQ(r.credentials, std::vector<std::string>{"openai"});
+    EXPECT_FALSE(r.target.has_value());
+}
+
+TEST(credential_broker, out_of_scope_host_port_identity_policy_and_place) {
+    auto b = make_broker();
+    std::vector<broker_header> auth{{"Authorization", "Bearer sluice:openai"}};
+    auto deny = broker_result::kind::out_of_scope;
+    EXPECT_EQ(b.apply("patcher", any_policy(), "evil.example", 443, "/", auth).outcome, deny);
+    EXPECT_EQ(b.apply("patcher", any_policy(), "api.openai.com", 8443, "/", auth).outcome, deny);
+    EXPECT_EQ(b.apply("other", any_policy(), "api.openai.com", 443, "/", auth).outcome, deny);
+    policy narrow = any_policy();
+    narrow.credentials = std::vector<std::string>{"maps"};
+    EXPECT_EQ(b.apply("patcher", narrow, "api.openai.com", 443, "/", auth).outcome, deny);
+    std::vector<broker_header> other{{"X-Debug", "sluice:openai"}};
+    auto r = b.apply("patcher", any_policy(), "api.openai.com", 443, "/", other);
+    EXPECT_EQ(r.outcome, deny);
+    EXPECT_EQ(r.credentials, std::vector<std::string>{"openai"});
+    EXPECT_TRUE(r.header_values.empty());
+    // In the path, also percent-encoded.
+    EXPECT_EQ(
+        b.apply("patcher", any_policy(), "api.openai.com", 443, "/x/sluice%3Aopenai", {}).outcome,
+        deny);
+    // One good and one bad placement: nothing is injected.
+    std::vector<broker_header> mixed{{"Authorization", "Bearer sluice:openai"},
+                                     {"Cookie", "k=sluice:openai"}};
+    auto m = b.apply("patcher", any_policy(), "api.openai.com", 443, "/", mixed);
+    EXPECT_EQ(m.outcome, deny);
+    EXPECT_TRUE(m.header_values.empty());
+}
+
+TEST(credential_broker, injects_query_value_percent_encoded_and_keeps_other_params) {
+    auto b = make_broker();
+    auto r = b.apply("anyone", any_policy(), "maps.googleapis.com", 443,
+                     "/geo?a=1+2&key=sluice%3Amaps&b=%2F", {});
+    ASSERT_EQ(r.outcome, broker_result::kind::inject);
+    ASSERT_TRUE(r.target.has_value());
+    EXPECT_EQ(*r.target, "/geo?a=1+2&key=AIzaREAL%2Fvalue%2Bwith%3Dreserved%26chars&b=%2F");
+    // Under another parameter name, or as a name: out of scope.
+    EXPECT_EQ(b.apply("anyone", any_policy(), "maps.googleapis.com", 443, "/geo?q=sluice:maps", {})
+                  .outcome,
+              broker_result::kind::out_of_scope);
+    EXPECT_EQ(b.apply("anyone", any_policy(), "maps.googleapis.com", 443, "/geo?sluice:maps=1", {})
+                  .outcome,
+              broker_result::kind::out_of_scope);
+    // The bare apex does not match "*.googleapis.com".
+    EXPECT_EQ(
+        b.apply("anyone", any_policy(), "googleapis.com", 443, "/geo?key=sluice:maps", {}).outcome,
+        broker_result::kind::out_of_scope);
+}
+
+TEST(credential_broker, no_placeholder_is_none_and_empty_broker_is_inert) {
+    auto b = make_broker();
+    std::vector<broker_header> hs{{"Authorization", "Bearer something-else"}};
+    EXPECT_EQ(b.apply("patcher", any_policy(), "api.openai.com", 443, "/v1?x=1", hs).outcome,
+              broker_result::kind::none);
+    credential_broker none({});
+    EXPECT_TRUE(none.empty());
+    EXPECT_EQ(none.apply("x", any_policy(), "h", 1, "/sluice:openai", hs).outcome,
+              broker_result::kind::none);
+}
+
+TEST(secret_masker, masks_headers_and_bodies_across_every_split) {
+    secret_masker m({openai_secret});
+    std::string h = "echo: Bearer " + openai_secret;
+    EXPECT_EQ(m.mask(h), openai_secret.size());
+    EXPECT_EQ(h, "echo: Bearer " + std::string(openai_secret.size(), '*'));
+
+    std::string body =
+        "{\"auth\":\"Bearer " + openai_secret + "\",\"again\":\"" + openai_secret + "\"}";
+    std::string expected = body;
+    for (auto at = expected.find(openai_secret); at != std::string::npos;
+         at = expected.find(openai_secret, at))
+        expected.replace(at, openai_secret.size(), openai_secret.size(), '*');
+    for (std::size_t step = 1; step <= body.size(); ++step) {
+        secret_masker s({openai_secret});
+        std::string out;
+        for (std::size_t at = 0; at < body.size(); at += step) {
+            auto piece = body.substr(at, step);
+            out += s.feed(piece, at + step >= body.size());
+        }
+        ASSERT_EQ(out, expected) << "step " << step;
+        EXPECT_EQ(s.masked(), 2 * openai_secret.size());
+    }
+}
+
+TEST(secret_masker, inactive_without_secrets_passes_bytes_through) {
+    secret_masker m({});
+    EXPECT_FALSE(m.active());
+    EXPECT_EQ(m.feed("abc", false), "abc");
+}
