@@ -1227,8 +1227,8 @@ private:
         std::set<std::string> placeholders;
         w_.seq(n, "credentials", [&](const YAML::Node& e) {
             auto m = w_.map(e, "a credential",
-                            {"name", "placeholder", "source", "hosts", "ports", "header", "query",
-                             "identities"});
+                            {"name", "placeholder", "source", "hosts", "ports", "path_prefix",
+                             "header", "query", "identities"});
             if (!m) {
                 return;
             }
@@ -1278,6 +1278,14 @@ private:
                         c.ports.push_back(*v);
                     }
                 });
+            }
+            if (auto* pp = m->get("path_prefix")) {
+                if (auto s = w_.str(*pp, "credential path_prefix")) {
+                    if (!s->starts_with('/')) {
+                        w_.error(*pp, "credential path_prefix must start with '/'");
+                    }
+                    c.path_prefix = *s;
+                }
             }
             auto* hd = m->get("header");
             auto* q = m->get("query");

@@ -48,7 +48,11 @@ credential_broker::credential_broker(std::vector<brokered_credential> credential
     : credentials_(std::move(credentials)) {}
 
 bool credential_broker::in_scope(const brokered_credential& c, std::string_view identity,
-                                 const policy& p, std::string_view host, std::uint16_t port) const {
+                                 const policy& p, std::string_view host, std::uint16_t port,
+                                 std::string_view target) const {
+    if (!target.starts_with(c.path_prefix)) {
+        return false;
+    }
     if (!c.identities.empty() &&
         std::find(c.identities.begin(), c.identities.end(), identity) == c.identities.end()) {
         return false;
@@ -73,10 +77,15 @@ broker_result credential_broker::apply(std::string_view identity, const policy& 
         return r;
     }
     std::vector<std::string> bad;
-    auto injected = [&](std::size_t ci) {
+    auto injected = [&](std::size_t ci, std::string form) {
         note(r.credentials, credentials_[ci].name);
         if (std::find(r.injected.begin(), r.injected.end(), ci) == r.injected.end()) {
             r.injected.push_back(ci);
+            r.reflections.push_back(credentials_[ci].secret);
+        }
+        if (!form.empty() &&
+            std::find(r.reflections.begin(), r.reflections.end(), form) == r.reflections.end()) {
+            r.reflections.push_back(std::move(form));
         }
     };
 
@@ -88,9 +97,9 @@ broker_result credential_broker::apply(std::string_view identity, const policy& 
                 continue;
             }
             if (!c.header_name.empty() && iequals(headers[hi].name, c.header_name) &&
-                in_scope(c, identity, p, host, port)) {
+                in_scope(c, identity, p, host, port, target)) {
                 r.header_values.emplace_back(hi, render(c.header_value_template, c.secret));
-                injected(ci);
+                injected(ci, {});
             } else {
                 note(bad, c.name);
             }
@@ -135,7 +144,7 @@ broker_result credential_broker::apply(std::string_view identity, const policy& 
                         continue;
                     }
                     if (!in_key && !c.query_name.empty() && key == c.query_name &&
-                        in_scope(c, identity, p, host, port)) {
+                        in_scope(c, identity, p, host, port, target)) {
                         // Copies: the views point into the URL being modified.
                         std::string key_enc(pv.key);
                         std::string enc =
@@ -144,7 +153,7 @@ broker_result credential_broker::apply(std::string_view identity, const policy& 
                             it, boost::urls::param_pct_view(boost::urls::pct_string_view(key_enc),
                                                             boost::urls::pct_string_view(enc)));
                         changed = true;
-                        injected(ci);
+                        injected(ci, enc);
                         break; // the value is now the secret; no other placeholder left in it
                     }
                     note(bad, c.name);
@@ -162,6 +171,7 @@ broker_result credential_broker::apply(std::string_view identity, const policy& 
         r.header_values.clear();
         r.target.reset();
         r.injected.clear();
+        r.reflections.clear();
     } else if (!r.injected.empty()) {
         r.outcome = broker_result::kind::inject;
     }

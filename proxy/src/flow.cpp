@@ -322,7 +322,12 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         co_return exchange_end::close;
     }
 
-    // Body: whole body up to the policy's limit, before anything is sent upstream.
+    // Body: whole body up to the policy's limit, before anything is sent upstream. A
+    // declared length over the limit is refused before a byte of it is read.
+    if (auto declared = hp.content_length(); declared && *declared > policy.dlp.max_body) {
+        co_await deny(client, fc, 413, "body_too_large", rec, {}, false);
+        co_return exchange_end::close;
+    }
     if (beast::iequals(head[http::field::expect], "100-continue")) {
         http::response<http::empty_body> cont{http::status::continue_, 11};
         auto [ec, n] = co_await http::async_write(client, cont, as_tuple);
@@ -414,10 +419,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             co_return ok&& client_keep_alive ? exchange_end::keep_going : exchange_end::close;
         }
     }
-    std::vector<std::string_view> injected_secrets;
-    for (auto ci : brokered.injected)
-        injected_secrets.push_back(broker.credentials()[ci].secret);
-    dlp::secret_masker masker(std::move(injected_secrets));
+    dlp::secret_masker masker(
+        std::vector<std::string_view>(brokered.reflections.begin(), brokered.reflections.end()));
 
     http::request<http::string_body> out{req.method(), brokered.target.value_or(tgt.origin_form),
                                          11};
@@ -555,8 +558,11 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 }
                 rec.bytes_down += res.body().size;
             } else {
+                // Done after the head (Content-Length: 0): the serializer must be told
+                // there is no more, or it waits for a buffer and writes nothing at all.
                 res.body().data = nullptr;
                 res.body().size = 0;
+                res.body().more = false;
             }
             beast::get_lowest_layer(client).expires_after(upstream_io_timeout);
             auto [wec, wn] = co_await http::async_write(client, sr, as_tuple);

@@ -55,6 +55,9 @@ bool parse_request_head(std::string_view head, http::request_parser<http::empty_
         return false;
     parser.header_limit(static_cast<std::uint32_t>(request_header_limit));
     parser.eager(false);
+    // The body limit is the policy's (dlp.max_body, checked by the exchange), not Beast's
+    // 8 MiB default, which would turn a large Content-Length into a malformed head.
+    parser.body_limit(boost::none);
     boost::system::error_code ec;
     std::size_t used = parser.put(boost::asio::buffer(head.data(), head.size()), ec);
     if (ec || used != head.size() || !parser.is_header_done())

@@ -53,8 +53,16 @@ make_generation(std::shared_ptr<const config::settings> settings) {
     for (const auto& pv : settings->protected_values)
         protect.push_back(pv.value);
     for (const auto& c : settings->credentials) {
-        creds.push_back({c.name, c.placeholder, c.source.value, c.hosts, c.ports, c.header_name,
-                         c.header_value_template, c.query_name, c.identities});
+        creds.push_back({.name = c.name,
+                         .placeholder = c.placeholder,
+                         .secret = c.source.value,
+                         .hosts = c.hosts,
+                         .ports = c.ports,
+                         .path_prefix = c.path_prefix,
+                         .header_name = c.header_name,
+                         .header_value_template = c.header_value_template,
+                         .query_name = c.query_name,
+                         .identities = c.identities});
         protect.push_back(c.source.value);
     }
     gen->broker = std::make_shared<const dlp::credential_broker>(std::move(creds));

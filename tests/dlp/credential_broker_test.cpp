@@ -15,18 +15,22 @@ const std::string openai_secret = "sk-proj-REALvalue0123456789abcdefABCDEF";
 const std::string maps_secret = "AIzaREAL/value+with=reserved&chars";
 
 credential_broker make_broker() {
-    std::vector<brokered_credential> cs;
-    cs.push_back({"openai",
-                  "sluice:openai",
-                  openai_secret,
-                  {"api.openai.com"},
-                  {443},
-                  "Authorization",
-                  "Bearer {secret}",
-                  "",
-                  {"patcher"}});
-    cs.push_back(
-        {"maps", "sluice:maps", maps_secret, {"*.googleapis.com"}, {443}, "", "", "key", {}});
+    std::vector<brokered_credential> cs(2);
+    cs[0].name = "openai";
+    cs[0].placeholder = "sluice:openai";
+    cs[0].secret = openai_secret;
+    cs[0].hosts = {"api.openai.com"};
+    cs[0].ports = {443};
+    cs[0].path_prefix = "/v1/";
+    cs[0].header_name = "Authorization";
+    cs[0].header_value_template = "Bearer {secret}";
+    cs[0].identities = {"patcher"};
+    cs[1].name = "maps";
+    cs[1].placeholder = "sluice:maps";
+    cs[1].secret = maps_secret;
+    cs[1].hosts = {"*.googleapis.com"};
+    cs[1].ports = {443};
+    cs[1].query_name = "key";
     return credential_broker(std::move(cs));
 }
 
@@ -43,6 +47,9 @@ TEST(credential_broker, injects_header_for_identity_host_and_port_in_scope) {
     std::vector<broker_header> hs{{"Content-Type", "application/json"},
                                   {"authorization", "Bearer sluice:openai"}};
     auto r = b.apply("patcher", any_policy(), "api.openai.com", 443, "/v1/chat", hs);
+    // Outside the path prefix: out of scope.
+    EXPECT_EQ(b.apply("patcher", any_policy(), "api.openai.com", 443, "/v2/chat", hs).outcome,
+              broker_result::kind::out_of_scope);
     ASSERT_EQ(r.outcome, broker_result::kind::inject);
     ASSERT_EQ(r.header_values.size(), 1u);
     EXPECT_EQ(r.header_values[0].first, 1u);
@@ -56,13 +63,14 @@ TEST(credential_broker, out_of_scope_host_port_identity_policy_and_place) {
     std::vector<broker_header> auth{{"Authorization", "Bearer sluice:openai"}};
     auto deny = broker_result::kind::out_of_scope;
     EXPECT_EQ(b.apply("patcher", any_policy(), "evil.example", 443, "/", auth).outcome, deny);
-    EXPECT_EQ(b.apply("patcher", any_policy(), "api.openai.com", 8443, "/", auth).outcome, deny);
-    EXPECT_EQ(b.apply("other", any_policy(), "api.openai.com", 443, "/", auth).outcome, deny);
+    EXPECT_EQ(b.apply("patcher", any_policy(), "api.openai.com", 8443, "/v1/x", auth).outcome,
+              deny);
+    EXPECT_EQ(b.apply("other", any_policy(), "api.openai.com", 443, "/v1/x", auth).outcome, deny);
     policy narrow = any_policy();
     narrow.credentials = std::vector<std::string>{"maps"};
-    EXPECT_EQ(b.apply("patcher", narrow, "api.openai.com", 443, "/", auth).outcome, deny);
+    EXPECT_EQ(b.apply("patcher", narrow, "api.openai.com", 443, "/v1/x", auth).outcome, deny);
     std::vector<broker_header> other{{"X-Debug", "sluice:openai"}};
-    auto r = b.apply("patcher", any_policy(), "api.openai.com", 443, "/", other);
+    auto r = b.apply("patcher", any_policy(), "api.openai.com", 443, "/v1/x", other);
     EXPECT_EQ(r.outcome, deny);
     EXPECT_EQ(r.credentials, std::vector<std::string>{"openai"});
     EXPECT_TRUE(r.header_values.empty());
@@ -73,7 +81,7 @@ TEST(credential_broker, out_of_scope_host_port_identity_policy_and_place) {
     // One good and one bad placement: nothing is injected.
     std::vector<broker_header> mixed{{"Authorization", "Bearer sluice:openai"},
                                      {"Cookie", "k=sluice:openai"}};
-    auto m = b.apply("patcher", any_policy(), "api.openai.com", 443, "/", mixed);
+    auto m = b.apply("patcher", any_policy(), "api.openai.com", 443, "/v1/x", mixed);
     EXPECT_EQ(m.outcome, deny);
     EXPECT_TRUE(m.header_values.empty());
 }
@@ -85,6 +93,9 @@ TEST(credential_broker, injects_query_value_percent_encoded_and_keeps_other_para
     ASSERT_EQ(r.outcome, broker_result::kind::inject);
     ASSERT_TRUE(r.target.has_value());
     EXPECT_EQ(*r.target, "/geo?a=1+2&key=AIzaREAL%2Fvalue%2Bwith%3Dreserved%26chars&b=%2F");
+    // Both forms an origin could echo back are masked.
+    EXPECT_EQ(r.reflections, (std::vector<std::string>{
+                                 maps_secret, "AIzaREAL%2Fvalue%2Bwith%3Dreserved%26chars"}));
     // Under another parameter name, or as a name: out of scope.
     EXPECT_EQ(b.apply("anyone", any_policy(), "maps.googleapis.com", 443, "/geo?q=sluice:maps", {})
                   .outcome,

@@ -67,6 +67,8 @@ PH_OPENAI = "sluice:openai"
 PH_ANTHROPIC = "sluice:anthropic"
 PH_MAPS = "sluice:maps"
 PH_DEFPORT = "sluice:defport"
+PH_SCOPED = "sluice:scoped"
+ENV_SCOPED = "SLUICE_E2E_SCOPED_KEY"
 
 ALNUM = string.ascii_letters + string.digits
 
@@ -97,6 +99,7 @@ class st:
     anthropic = None
     maps = None
     defport = None
+    scoped = None
     protected_env = None
     protected_file_value = None
     all_secrets = []     # every secret value sluice ever held during the run
@@ -106,7 +109,7 @@ def sluice_env():
     """sluice's environment: the client environment plus the env-sourced secrets."""
     env = tp.client_env()
     env.update({ENV_OPENAI: st.openai, ENV_MAPS: st.maps, ENV_DEFPORT: st.defport,
-                ENV_PROTECTED: st.protected_env})
+                ENV_PROTECTED: st.protected_env, ENV_SCOPED: st.scoped})
     return env
 
 
@@ -181,6 +184,7 @@ class echo_origin:
                     hdrs.append(("X-Echo-Api-Key", self.headers.get("X-Api-Key")))
                 if "key" in query:
                     hdrs.append(("X-Echo-Key", query["key"][0]))
+                    hdrs.append(("X-Echo-Path", self.path))  # as sent: percent-encoded
                 chunked = "/chunked/" in self.path
                 with origin.lock:
                     origin.records.append({
@@ -296,6 +300,13 @@ credentials:
     source: {{env: {ENV_DEFPORT}}}
     hosts: [localhost]
     header: {{name: X-Def-Key, value: "{{secret}}"}}
+  - name: scoped
+    placeholder: "{PH_SCOPED}"
+    source: {{env: {ENV_SCOPED}}}
+    hosts: [localhost]
+    ports: [{a}]
+    path_prefix: /v1/
+    header: {{name: X-Scoped-Key}}
 """
 
 
@@ -401,10 +412,11 @@ def setUpModule():
         st.anthropic = "ak-test-" + rand(40)
         st.maps = "mk-" + rand(20) + "/+" + rand(20) + "="
         st.defport = "dk-test-" + rand(40)
+        st.scoped = "sc-test-" + rand(40)
         st.protected_env = "pv-env-" + rand(40)
         st.protected_file_value = "pv-file-" + rand(40)
         st.all_secrets = [st.openai, st.anthropic, st.maps, st.defport, st.protected_env,
-                          st.protected_file_value]
+                          st.protected_file_value, st.scoped]
         st.anthropic_file = os.path.join(st.tmp, "secrets", "anthropic.key")
         st.protected_file = os.path.join(st.tmp, "secrets", "protected.txt")
         os.makedirs(os.path.dirname(st.anthropic_file), mode=0o700)
@@ -590,16 +602,23 @@ class base(unittest.TestCase):
         """The client got the origin's answer with every occurrence of `secret` replaced
         by '*' of the same length (headers and body)."""
         self.assertEqual(a.status, 200, a)
-        want = record["response"].replace(secret.encode(), stars(secret).encode())
+        # The secret as injected into a header, and as injected into a query (percent-
+        # encoded, RFC 3986 unreserved characters kept): an origin may echo either.
+        forms = [secret, urllib.parse.quote(secret, safe="")]
+        want = record["response"]
+        for f in forms:
+            want = want.replace(f.encode(), stars(f).encode())
         self.assertIn(secret.encode(), record["response"], "the origin did not reflect it")
         self.assertNotIn(secret.encode(), a.body, "the secret reached the client's body")
         self.assertEqual(a.body, want)
         for k, v in record["response_headers"]:
             if k.startswith("X-Echo-"):
-                self.assertEqual(a.headers.get(k.lower()),
-                                 v.replace(secret, stars(secret)), (k, a.headers))
+                for f in forms:
+                    v = v.replace(f, stars(f))
+                self.assertEqual(a.headers.get(k.lower()), v, (k, a.headers))
         for k, v in a.headers.items():
-            self.assertNotIn(secret, v, "the secret is in response header " + k)
+            for f in forms:
+                self.assertNotIn(f, v, "the secret is in response header " + k)
 
 
 # ---------------------------------------------------------------- check-config
@@ -683,6 +702,15 @@ class t2_inject_test(base):
             self.assertEqual(header_values(rec, "Accept-Encoding"), ["identity"])
             self.assert_masked_echo(a, rec, st.openai)
             self.assert_injected_allow(m, ["openai"])
+
+    def test_path_prefix_scoped_credential_is_injected_under_its_prefix(self):
+        m = marker()
+        a = py_request("localhost", st.origin.port, "GET", "/v1/scoped/" + m,
+                       [("X-Scoped-Key", PH_SCOPED)])
+        rec = self.one_request(m)
+        self.assertEqual(header_values(rec, "X-Scoped-Key"), [st.scoped])
+        self.assertEqual(a.status, 200, a)
+        self.assert_injected_allow(m, ["scoped"])
 
     def test_file_secret_with_default_template(self):
         m = marker()
@@ -838,6 +866,8 @@ class t3_scope_test(base):
              SRC_LIMITED, "/q/{m}?key=" + PH_MAPS, [], ["maps"]),
             ("ports default to 443", "localhost", a_port, SRC_AGENT, "/h/{m}",
              [("X-Def-Key", PH_DEFPORT)], ["defport"]),
+            ("outside the credential's path_prefix", "localhost", a_port, SRC_AGENT,
+             "/v2/{m}", [("X-Scoped-Key", PH_SCOPED)], ["scoped"]),
             ("a valid injection plus a stray placeholder", "localhost", a_port, SRC_AGENT,
              "/h/{m}", [ok_auth, ("X-Debug", PH_ANTHROPIC)], ["anthropic"]),
         ]
@@ -1075,7 +1105,7 @@ class t9_never_test(base):
                         if form in line:
                             leaks.append("%s: %s" % (where, line[:600]))
         self.assertEqual(leaks, [], "a secret is in sluice's output or audit")
-        names = {"openai", "anthropic", "maps", "defport"}
+        names = {"openai", "anthropic", "maps", "defport", "scoped"}
         with_creds = [r for r in records if r.get("credentials")]
         self.assertTrue(with_creds)
         for r in with_creds:

@@ -167,6 +167,8 @@ class recording_origin:
                         "client_port": self.client_address[1],
                         "response": answer,
                     })
+                if "/empty/" in self.path:
+                    answer = b""  # an empty 200 with Content-Length: 0 on a kept-alive connection
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))
@@ -590,6 +592,37 @@ class proxy_test(unittest.TestCase):
         doc = self.assert_sluice_answer(r.status, r.headers, r.body, 403, "dlp_finding")
         S.denied_flows.append(doc["flow"])
         self.assertIn("github-pat-classic", doc["rules"])
+        self.assertEqual(S.plain_origin.requests_for(m), [])
+
+    def test_empty_200_with_content_length_zero_reaches_the_client(self):
+        # Both ways in: intercepted HTTPS and absolute-form HTTP, two requests each on one
+        # connection, so the empty answer must be complete and the connection still usable.
+        m = marker()
+        urls = [self.origin_url("/empty/%s/1" % m), self.origin_url("/empty/%s/2" % m),
+                "http://127.0.0.1:%d/empty/%s/3" % (S.plain_origin.port, m)]
+        code, _, bodies, out, err = curl(urls)
+        self.assertEqual(code, 0, err)
+        self.assertEqual([line.split()[0] for line in out.splitlines()], ["200"] * 3, out)
+        self.assertEqual([b or b"" for b in bodies], [b"", b"", b""])
+        self.assertEqual(len(S.origin.requests_for(m)), 2)
+
+    def test_declared_body_over_max_body_is_413_before_the_body_is_sent(self):
+        # 20 MiB declared against the default dlp.max_body of 16 MiB: refused on the head
+        # alone (the client never has to send the body), nothing reaches the origin.
+        m = marker()
+        sock = socket.create_connection(("127.0.0.1", S.proxy_port), timeout=CLIENT_TIMEOUT_S)
+        try:
+            authority = "127.0.0.1:%d" % S.plain_origin.port
+            sock.sendall(("POST http://%s/big/%s HTTP/1.1\r\nHost: %s\r\n"
+                          "Content-Type: application/octet-stream\r\n"
+                          "Content-Length: %d\r\n\r\n" % (authority, m, authority, 20 << 20))
+                         .encode() + b"x" * 4096)
+            resp = http.client.HTTPResponse(sock, method="POST")
+            resp.begin()
+            hdrs = {k.lower(): v for k, v in resp.getheaders()}
+            self.assert_sluice_answer(resp.status, hdrs, resp.read(), 413, "body_too_large")
+        finally:
+            sock.close()
         self.assertEqual(S.plain_origin.requests_for(m), [])
 
     # -- policy and upstream errors (answers may come at CONNECT or inside the tunnel)

@@ -67,6 +67,7 @@ struct credential_settings {
     secret_source source;
     std::vector<std::string> hosts;      ///< normalised host patterns, as policy rules
     std::vector<std::uint16_t> ports;    ///< empty in the file = [443]
+    std::string path_prefix;             ///< `path_prefix`: "" = any path
     std::string header_name;             ///< set when injected into a header
     std::string header_value_template;   ///< contains "{secret}"
     std::string query_name;              ///< set when injected into a query parameter

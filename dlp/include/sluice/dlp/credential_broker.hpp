@@ -35,6 +35,7 @@ struct brokered_credential {
     std::string secret;                  ///< the real value; never logged or audited
     std::vector<std::string> hosts;      ///< host patterns, as host_matches()
     std::vector<std::uint16_t> ports;    ///< destination ports allowed
+    std::string path_prefix;             ///< "" = any path; else the target starts with it
     std::string header_name;             ///< injected into this header (case-insensitive), or
     std::string header_value_template;   ///< ... with this value, "{secret}" replaced
     std::string query_name;              ///< injected into this query parameter (exact name)
@@ -61,9 +62,12 @@ struct broker_result {
     std::vector<std::pair<std::size_t, std::string>> header_values;
     /// inject: the origin-form target to forward when a query value was replaced.
     std::optional<std::string> target;
-    /// inject: indices into credential_broker::credentials() of the injected secrets (for
-    /// secret_masker on the response).
+    /// inject: indices into credential_broker::credentials() of the injected secrets.
     std::vector<std::size_t> injected;
+    /// inject: every form in which an injected secret went upstream (the secret, and its
+    /// percent-encoded form when it went into the query), for secret_masker: an origin
+    /// may echo either back.
+    std::vector<std::string> reflections;
 };
 
 class credential_broker {
@@ -79,7 +83,8 @@ public:
     /// of its query parameter (decoded name compared exactly); `identity` is in the
     /// credential's identities (or that list is empty); `p.credentials` is unset or names
     /// it; the normalised `host` matches one of its host patterns; `port` is one of its
-    /// ports. Any other occurrence makes the whole request out_of_scope (nothing is
+    /// ports; the target starts with its path_prefix (byte for byte, as policy rules). Any
+    /// other occurrence makes the whole request out_of_scope (nothing is
     /// injected). A header value is replaced by the rendered template; a query value by the
     /// secret, percent-encoded (RFC 3986 section 2.1, unreserved characters kept), other
     /// parameters byte for byte as they were. A target that is not a valid origin-form
@@ -90,7 +95,7 @@ public:
 
 private:
     bool in_scope(const brokered_credential& c, std::string_view identity, const policy& p,
-                  std::string_view host, std::uint16_t port) const;
+                  std::string_view host, std::uint16_t port, std::string_view target) const;
 
     std::vector<brokered_credential> credentials_;
 };
