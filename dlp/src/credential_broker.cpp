@@ -187,15 +187,37 @@ secret_masker::secret_masker(std::vector<std::string_view> secrets) {
     }
 }
 
-std::size_t secret_masker::mask(std::string& value) const {
-    std::size_t changed = 0;
+// Masking is the union of every occurrence of every secret found in the original bytes,
+// so overlapping secrets (one a prefix of another) are hidden completely and the result
+// does not depend on the order of the secrets or on where the body was split.
+std::size_t secret_masker::cover(std::string_view text, std::size_t starts_before,
+                                 std::size_t covered, std::string& out) const {
+    // `covered`: positions [0, covered) are masked by occurrences from earlier calls.
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
     for (auto s : secrets_) {
-        for (auto at = value.find(s); at != std::string::npos; at = value.find(s, at + s.size())) {
-            value.replace(at, s.size(), s.size(), '*');
-            changed += s.size();
+        for (auto at = text.find(s); at != std::string_view::npos && at < starts_before;
+             at = text.find(s, at + 1)) {
+            ranges.emplace_back(at, at + s.size());
         }
     }
-    return changed;
+    if (covered > 0) {
+        ranges.emplace_back(0, covered);
+    }
+    std::size_t reach = 0; // end of the furthest range, may lie past out.size()
+    for (auto [b, e] : ranges) {
+        for (std::size_t k = b; k < std::min(e, out.size()); ++k) {
+            out[k] = '*';
+        }
+        reach = std::max(reach, e);
+    }
+    return reach;
+}
+
+std::size_t secret_masker::mask(std::string& value) const {
+    std::string original = value;
+    std::size_t before = std::count(value.begin(), value.end(), '*');
+    cover(original, original.size(), 0, value);
+    return static_cast<std::size_t>(std::count(value.begin(), value.end(), '*')) - before;
 }
 
 std::string_view secret_masker::feed(std::string_view data, bool last) {
@@ -203,18 +225,16 @@ std::string_view secret_masker::feed(std::string_view data, bool last) {
         return data;
     }
     pending_.append(data);
-    for (auto s : secrets_) {
-        for (auto at = pending_.find(s); at != std::string::npos;
-             at = pending_.find(s, at + s.size())) {
-            pending_.replace(at, s.size(), s.size(), '*');
-            masked_ += s.size();
-        }
-    }
-    // An occurrence that starts before the held-back tail fits in pending_ and was masked
-    // above; one that starts inside the tail is completed by the next call.
+    // Occurrences starting before the held-back tail lie wholly inside pending_ (no secret
+    // is longer than the tail + 1) and are decided now; ones starting in the tail wait for
+    // more bytes. pending_ keeps the original bytes, so the next call sees them unmasked.
     std::size_t hold = last ? 0 : std::min(pending_.size(), longest_ - 1);
     std::size_t emit = pending_.size() - hold;
     out_.assign(pending_, 0, emit);
+    std::size_t stars_before = static_cast<std::size_t>(std::count(out_.begin(), out_.end(), '*'));
+    std::size_t reach = cover(pending_, emit, carry_, out_);
+    masked_ += static_cast<std::size_t>(std::count(out_.begin(), out_.end(), '*')) - stars_before;
+    carry_ = reach > emit ? reach - emit : 0;
     pending_.erase(0, emit);
     return out_;
 }

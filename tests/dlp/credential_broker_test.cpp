@@ -149,3 +149,26 @@ TEST(secret_masker, inactive_without_secrets_passes_bytes_through) {
     EXPECT_FALSE(m.active());
     EXPECT_EQ(m.feed("abc", false), "abc");
 }
+
+TEST(secret_masker, overlapping_secrets_are_hidden_whole_at_every_split) {
+    // One secret is a prefix of another: however the body is split, the union of both is
+    // masked, never the short one alone with the rest of the long one left visible.
+    const std::string longer = "SECRET-header-0123456789";
+    const std::string shorter = "SECRET";
+    const std::string body = "a SECRETSECRET-header-0123456789 b SECRET c";
+    std::string expected = body;
+    expected.replace(2, 6 + longer.size(), 6 + longer.size(), '*');
+    expected.replace(35, 6, 6, '*');
+    for (std::size_t step = 1; step <= body.size(); ++step) {
+        secret_masker s({shorter, longer});
+        std::string out;
+        for (std::size_t at = 0; at < body.size(); at += step)
+            out += s.feed(body.substr(at, step), at + step >= body.size());
+        ASSERT_EQ(out, expected) << "step " << step;
+        EXPECT_EQ(s.masked(), 6 + longer.size() + 6);
+    }
+    std::string h = body;
+    secret_masker m({shorter, longer});
+    EXPECT_EQ(m.mask(h), 6 + longer.size() + 6);
+    EXPECT_EQ(h, expected);
+}
