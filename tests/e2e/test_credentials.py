@@ -32,19 +32,16 @@ import atexit
 import base64
 import concurrent.futures
 import http.client
-import http.server
 import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import ssl
 import string
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 import urllib.parse
@@ -131,132 +128,62 @@ def write_atomic(path, data):
 
 # ---------------------------------------------------------------- echoing origin
 
-class echo_origin:
+class echo_origin(tp.recording_origin):
     """Threaded HTTP/1.1 origin (TLS when given a certificate) that records every request
     (method, path, headers as received, body, response headers/body) and reflects what it
     got: `X-Echo-Authorization`, `X-Echo-Api-Key` and `X-Echo-Key` (the decoded `key` query
     parameter) response headers, and a JSON body with every request header, the decoded
-    query and the body. A path containing `/chunked/` is answered with 5-byte chunks."""
+    query and the body. A path containing `/chunked/` is answered with 5-byte chunks.
+    The server side is test_proxy.recording_origin's."""
 
-    def __init__(self, name, certfile=None, keyfile=None):
-        self.name = name
-        self.records = []
-        self.lock = threading.Lock()
-        origin = self
-
-        class handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = IO_TIMEOUT_S
-
-            def log_message(self, *args):
-                pass
-
-            def read_body(self):
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    chunks = []
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                        if size == 0:
-                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                                pass
-                            return b"".join(chunks)
-                        chunks.append(self.rfile.read(size))
-                        self.rfile.readline()
-                return self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
-
-            def handle_any(self):
-                body = self.read_body()
-                query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query,
-                                              keep_blank_values=True)
-                doc = {
-                    "origin": origin.name,
-                    "method": self.command,
-                    "headers": [[k, v] for k, v in self.headers.items()],
-                    "query": query,
-                    "body": body.decode("utf-8", "replace"),
-                    "nonce": secrets.token_hex(8),
-                }
-                answer = json.dumps(doc, sort_keys=True).encode()
-                hdrs = [("Content-Type", "application/json")]
-                if self.headers.get("Authorization") is not None:
-                    hdrs.append(("X-Echo-Authorization", self.headers.get("Authorization")))
-                if self.headers.get("X-Api-Key") is not None:
-                    hdrs.append(("X-Echo-Api-Key", self.headers.get("X-Api-Key")))
-                if "key" in query:
-                    hdrs.append(("X-Echo-Key", query["key"][0]))
-                    hdrs.append(("X-Echo-Path", self.path))  # as sent: percent-encoded
-                chunked = "/chunked/" in self.path
-                with origin.lock:
-                    origin.records.append({
-                        "method": self.command,
-                        "path": self.path,
-                        "headers": list(self.headers.items()),
-                        "body": body,
-                        "response_headers": hdrs,
-                        "response": answer,
-                    })
-                self.send_response(200)
-                for k, v in hdrs:
-                    self.send_header(k, v)
-                if chunked:
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
-                    for i in range(0, len(answer), 5):
-                        part = answer[i:i + 5]
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
-                        self.wfile.flush()
-                    self.wfile.write(b"0\r\n\r\n")
-                else:
-                    self.send_header("Content-Length", str(len(answer)))
-                    self.end_headers()
-                    self.wfile.write(answer)
-
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = handle_any
-
-        tls = None
-        if certfile:
-            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            tls.load_cert_chain(certfile, keyfile)
-
-        class server(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-
-            def finish_request(self, request, client_address):
-                if tls is None:
-                    return super().finish_request(request, client_address)
-                request.settimeout(IO_TIMEOUT_S)
-                with tls.wrap_socket(request, server_side=True) as wrapped:
-                    super().finish_request(wrapped, client_address)
-
-            def handle_error(self, request, client_address):
-                pass
-
-        self.server = server(("127.0.0.1", 0), handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.1}, daemon=True)
-        self.thread.start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
-
-    def snapshot(self):
+    def respond(self, h, body):
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(h.path).query,
+                                      keep_blank_values=True)
+        doc = {
+            "origin": self.name,
+            "method": h.command,
+            "headers": [[k, v] for k, v in h.headers.items()],
+            "query": query,
+            "body": body.decode("utf-8", "replace"),
+            "nonce": secrets.token_hex(8),
+        }
+        answer = json.dumps(doc, sort_keys=True).encode()
+        hdrs = [("Content-Type", "application/json")]
+        if h.headers.get("Authorization") is not None:
+            hdrs.append(("X-Echo-Authorization", h.headers.get("Authorization")))
+        if h.headers.get("X-Api-Key") is not None:
+            hdrs.append(("X-Echo-Api-Key", h.headers.get("X-Api-Key")))
+        if "key" in query:
+            hdrs.append(("X-Echo-Key", query["key"][0]))
+            hdrs.append(("X-Echo-Path", h.path))  # as sent: percent-encoded
+        chunked = "/chunked/" in h.path
         with self.lock:
-            return list(self.records)
-
-    def requests_for(self, m):
-        return [r for r in self.snapshot() if m in r["path"]]
+            self.records.append({
+                "method": h.command,
+                "path": h.path,
+                "headers": list(h.headers.items()),
+                "body": body,
+                "response_headers": hdrs,
+                "response": answer,
+            })
+        h.send_response(200)
+        for k, v in hdrs:
+            h.send_header(k, v)
+        if chunked:
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            for i in range(0, len(answer), 5):
+                part = answer[i:i + 5]
+                h.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                h.wfile.flush()
+            h.wfile.write(b"0\r\n\r\n")
+        else:
+            h.send_header("Content-Length", str(len(answer)))
+            h.end_headers()
+            h.wfile.write(answer)
 
     def saw(self, needle):
-        nb = needle.encode()
-        for r in self.snapshot():
-            if needle in r["path"] or nb in r["body"]:
-                return True
-            if any(needle in k or needle in v for k, v in r["headers"]):
-                return True
-        return False
+        return self.saw_bytes(needle)
 
 
 def header_values(record, name):
@@ -370,25 +297,8 @@ def start_sluice():
 
 
 def stop_everything():
-    if st.sluice is not None and st.sluice.poll() is None:
-        st.sluice.send_signal(signal.SIGTERM)
-        try:
-            st.sluice.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            st.sluice.kill()
-            st.sluice.wait(timeout=10)
-    for o in (st.origin, st.origin_b, st.plain):
-        if o is not None:
-            try:
-                o.stop()
-            except Exception:
-                pass
+    tp.stop_run(st.sluice, (st.origin, st.origin_b, st.plain), (st.stderr, st.stdout), st.tmp)
     st.origin = st.origin_b = st.plain = None
-    for f in (st.stderr, st.stdout):
-        if f is not None and not f.closed:
-            f.close()
-    if st.tmp and os.path.isdir(st.tmp) and not os.environ.get("SLUICE_E2E_KEEP"):
-        shutil.rmtree(st.tmp, ignore_errors=True)
 
 
 def setUpModule():

@@ -149,31 +149,7 @@ class recording_origin:
                 return self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
 
             def handle_any(self):
-                body = self.read_body()
-                answer = json.dumps({
-                    "origin": origin.name,
-                    "method": self.command,
-                    "path": self.path,
-                    "body_sha256": hashlib.sha256(body).hexdigest(),
-                    "body_length": len(body),
-                    "nonce": secrets.token_hex(8),  # makes every answer unique
-                }, sort_keys=True).encode()
-                with origin.lock:
-                    origin.records.append({
-                        "method": self.command,
-                        "path": self.path,
-                        "headers": list(self.headers.items()),
-                        "body": body,
-                        "client_port": self.client_address[1],
-                        "response": answer,
-                    })
-                if "/empty/" in self.path:
-                    answer = b""  # an empty 200 with Content-Length: 0 on a kept-alive connection
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                origin.respond(self, self.read_body())
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = handle_any
 
@@ -202,6 +178,34 @@ class recording_origin:
         self.thread = threading.Thread(target=self.server.serve_forever,
                                        kwargs={"poll_interval": 0.1}, daemon=True)
         self.thread.start()
+
+    def respond(self, h, body):
+        """Answers one request on handler `h` (a BaseHTTPRequestHandler) whose body has
+        been read; subclasses answer differently (test_credentials.py's echo origin)."""
+        answer = json.dumps({
+            "origin": self.name,
+            "method": h.command,
+            "path": h.path,
+            "body_sha256": hashlib.sha256(body).hexdigest(),
+            "body_length": len(body),
+            "nonce": secrets.token_hex(8),  # makes every answer unique
+        }, sort_keys=True).encode()
+        with self.lock:
+            self.records.append({
+                "method": h.command,
+                "path": h.path,
+                "headers": list(h.headers.items()),
+                "body": body,
+                "client_port": h.client_address[1],
+                "response": answer,
+            })
+        if "/empty/" in h.path:
+            answer = b""  # an empty 200 with Content-Length: 0 on a kept-alive connection
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(answer)))
+        h.end_headers()
+        h.wfile.write(answer)
 
     def stop(self):
         self.server.shutdown()
@@ -299,26 +303,34 @@ def wait_for_port(port, proc, deadline_s):
     return False
 
 
-def stop_everything():
-    if S.sluice is not None and S.sluice.poll() is None:
-        S.sluice.send_signal(signal.SIGTERM)
+def stop_run(proc, origins, files, tmp):
+    """Ends one suite's run: sluice (SIGTERM, SIGKILL after 10 s), the origins, the log
+    files, and the scratch folder (kept when SLUICE_E2E_KEEP is set). Shared by the e2e
+    suites that import this module."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
         try:
-            S.sluice.wait(timeout=10)
+            proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            S.sluice.kill()
-            S.sluice.wait(timeout=10)
-    for o in (S.origin, S.bad_origin, S.plain_origin):
+            proc.kill()
+            proc.wait(timeout=10)
+    for o in origins:
         if o is not None:
             try:
                 o.stop()
             except Exception:
                 pass
-    S.origin = S.bad_origin = S.plain_origin = None
-    for f in (S.sluice_stderr, S.sluice_stdout):
+    for f in files:
         if f is not None and not f.closed:
             f.close()
-    if S.tmp and os.path.isdir(S.tmp) and not os.environ.get("SLUICE_E2E_KEEP"):
-        shutil.rmtree(S.tmp, ignore_errors=True)
+    if tmp and os.path.isdir(tmp) and not os.environ.get("SLUICE_E2E_KEEP"):
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stop_everything():
+    stop_run(S.sluice, (S.origin, S.bad_origin, S.plain_origin),
+             (S.sluice_stderr, S.sluice_stdout), S.tmp)
+    S.origin = S.bad_origin = S.plain_origin = None
 
 
 def sluice_stderr_text():
