@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 secs=${1:-20}
 cmake -S . -B build-fuzz -G Ninja -DSLUICE_FUZZ=ON -DSLUICE_TESTS=OFF -DSLUICE_BENCH=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz -j"${JOBS:-2}"
+# Only the fuzz binaries and what they link, not "all" (see fuzz/CMakeLists.txt).
+cmake --build build-fuzz -j"${JOBS:-2}" --target sluice_fuzzers
 
 out=build-fuzz/fuzz-smoke
 rm -rf "$out"
