@@ -159,6 +159,23 @@ bool is_hop_by_hop(std::string_view name) {
     return beast::iequals(name.substr(0, std::min<std::size_t>(name.size(), 9)), "x-sluice-");
 }
 
+// The field names a Connection header lists are hop-by-hop too (RFC 9110 section 7.6.1:
+// a proxy removes them before forwarding), e.g. "Connection: close, X-Internal-Token".
+std::vector<std::string> connection_tokens(const http::request<http::string_body>& req) {
+    std::vector<std::string> out;
+    auto range = req.equal_range(http::field::connection);
+    for (auto it = range.first; it != range.second; ++it) {
+        for (auto token : http::token_list{it->value()})
+            out.emplace_back(token);
+    }
+    return out;
+}
+
+bool names_connection_option(const std::vector<std::string>& tokens, std::string_view name) {
+    return std::any_of(tokens.begin(), tokens.end(),
+                       [&](const std::string& t) { return beast::iequals(t, name); });
+}
+
 template <class Stream>
 net::awaitable<void> send_answer(Stream& stream, answer res) {
     beast::get_lowest_layer(stream).expires_after(client_idle_timeout);
@@ -400,8 +417,10 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
 
     // The request as it goes upstream: origin-form, Host from the target, no hop-by-hop.
     std::vector<dlp::broker_header> fwd;
+    const auto connection_options = connection_tokens(req);
     for (const auto& f : req) {
-        if (is_hop_by_hop(f.name_string()) || f.name() == http::field::host)
+        if (is_hop_by_hop(f.name_string()) || f.name() == http::field::host ||
+            names_connection_option(connection_options, f.name_string()))
             continue;
         fwd.push_back({f.name_string(), f.value()});
     }

@@ -957,7 +957,7 @@ class strictness_test(base):
 # ---------------------------------------------------------------- hygiene
 
 HIDDEN = ("proxy-authorization", "proxy-connection", "x-sluice-flow", "x-sluice-identity",
-          "keep-alive")
+          "keep-alive", "x-hop-by-hop")  # the last is named by Connection (RFC 9110 7.6.1)
 
 
 class hygiene_test(base):
@@ -974,7 +974,8 @@ class hygiene_test(base):
             "GET", "http://127.0.0.1:%d/%s" % (st.plain.port, m), "127.0.0.1:%d" % st.plain.port,
             ("Proxy-Authorization: " + basic("basic-user", st.basic_token),
              "Proxy-Connection: keep-alive", "X-Sluice-Flow: forged", "X-Sluice-Identity: root",
-             "Connection: close")), source=SRC_NONE)
+             "X-Hop-By-Hop: for sluice only", "Connection: close, X-Hop-By-Hop")),
+            source=SRC_NONE)
         self.assertIsNotNone(a)
         self.assertEqual(a.status, 200, a)
         self.assert_clean(st.plain.requests_for(m), st.basic_token)
