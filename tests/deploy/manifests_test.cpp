@@ -203,6 +203,40 @@ std::string port_of(const std::string& address) {
     return address.substr(address.rfind(':') + 1);
 }
 
+// The pod gives sluice a data dir it can use: a subdirectory of the `sluice-data` volume
+// (sluice chmods its data dir to 0700, which only the owner may do, and a volume's root
+// belongs to root), made by the `sluice-files` init container as sluice's user, which
+// also copies the CA pair and the admin token there with mode 0600 under the names the
+// config uses.
+void expect_data_dir_prepared(const YAML::Node& spec, const YAML::Node& sluice,
+                              const sluice::config::settings& s) {
+    const std::string volume_root = mount_path(sluice, "sluice-data");
+    ASSERT_FALSE(volume_root.empty()) << "sluice mounts no sluice-data volume";
+    EXPECT_EQ(s.data_dir.parent_path().string(), volume_root)
+        << "data_dir must be a subdirectory of the volume, not its root";
+    YAML::Node files;
+    for (const auto& c : spec["initContainers"])
+        if (c["name"].as<std::string>("") == "sluice-files")
+            files.reset(c);
+    ASSERT_TRUE(files) << "no sluice-files init container";
+    EXPECT_EQ(mount_path(files, "sluice-data"), volume_root);
+    EXPECT_EQ(files["securityContext"]["runAsUser"].as<int>(
+                  spec["securityContext"]["runAsUser"].as<int>(-1)),
+              sluice["securityContext"]["runAsUser"].as<int>(
+                  spec["securityContext"]["runAsUser"].as<int>(-2)))
+        << "the files must belong to sluice's user";
+    std::string script;
+    for (const auto& a : files["args"])
+        script += a.as<std::string>() + " ";
+    EXPECT_NE(script.find("install -d -m 0700 " + s.data_dir.string()), std::string::npos) << script;
+    EXPECT_NE(script.find("install -m 0600 -t " + s.data_dir.string()), std::string::npos) << script;
+    for (const auto& p : {s.ca_cert, s.ca_key, s.admin_token_file}) {
+        EXPECT_EQ(p.parent_path(), s.data_dir);
+        EXPECT_NE(script.find("/" + p.filename().string() + " "), std::string::npos)
+            << p.filename() << " is not copied: " << script;
+    }
+}
+
 // ------------------------------------------------------------------ Kubernetes manifests
 
 TEST(k8s_manifests, every_file_parses_and_every_object_has_api_version_kind_and_name) {
@@ -412,10 +446,8 @@ TEST(k8s_sidecar, agent_pod_runs_sluice_on_loopback_with_a_fixed_identity) {
     EXPECT_EQ(env_value(agent, "https_proxy"), "http://127.0.0.1:3128");
 
     // The config's paths are where the pod mounts things.
-    EXPECT_EQ(s.data_dir.string(), mount_path(sluice, "sluice-data"));
+    expect_data_dir_prepared(spec, sluice, s);
     EXPECT_EQ(s.audit_path.parent_path().string(), mount_path(sluice, "sluice-audit"));
-    EXPECT_EQ(s.ca_key.parent_path(), s.data_dir);
-    EXPECT_EQ(s.admin_token_file.parent_path(), s.data_dir);
     EXPECT_EQ(sluice["args"][2].as<std::string>(),
               mount_path(sluice, "sluice-config") + "/sluice.yaml");
     // The probes reach the admin listener.
@@ -531,7 +563,7 @@ TEST(k8s_gateway, replicas_service_pdb_hpa_servicemonitor_and_networkpolicy_fit_
     for (std::sregex_iterator it(configs[0].second.begin(), configs[0].second.end(), var), end;
          it != end; ++it)
         EXPECT_TRUE(has_env(sluice, (*it)[1].str())) << (*it)[1].str() << " is not in the pod's env";
-    EXPECT_EQ(loaded->data_dir.string(), mount_path(sluice, "sluice-data"));
+    expect_data_dir_prepared(pod_spec(*dep), sluice, *loaded);
     EXPECT_EQ(loaded->audit_path.parent_path().string(), mount_path(sluice, "sluice-audit"));
 }
 

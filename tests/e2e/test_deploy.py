@@ -138,7 +138,7 @@ def replace_once(text, old, new):
 
 def adapt_sidecar_config(text, data_dir, audit, proxy_port, admin_port, metrics_port,
                          origin_port, upstream_ca):
-    text = replace_once(text, "data_dir: /var/lib/sluice\n", "data_dir: %s\n" % data_dir)
+    text = replace_once(text, "data_dir: /var/lib/sluice/data", "data_dir: %s" % data_dir)
     text = replace_once(text, "- address: 127.0.0.1:3128\n", "- address: 127.0.0.1:%d\n" % proxy_port)
     text = replace_once(text, "admin: {address: 0.0.0.0:9901,",
                         'admin: {address: "127.0.0.1:%d",' % admin_port)
