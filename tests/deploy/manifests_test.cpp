@@ -414,6 +414,34 @@ TEST(k8s_manifests, agents_never_mount_the_ca_key_or_the_audit_volume) {
     }
 }
 
+TEST(k8s_manifests, only_the_copy_step_mounts_the_ca_key_and_admin_token) {
+    std::size_t pods = 0;
+    for (const auto& o : objects_under(k8s_dir)) {
+        if (o.kind() != "Deployment")
+            continue;
+        const YAML::Node spec = pod_spec(o);
+        std::set<std::string> private_volumes; // whole sluice-ca or the admin token
+        for (const auto& v : spec["volumes"]) {
+            if (!v["secret"])
+                continue;
+            const std::string secret = v["secret"]["secretName"].as<std::string>("");
+            if ((secret == "sluice-ca" && !v["secret"]["items"]) || secret == "sluice-admin-token")
+                private_volumes.insert(v["name"].as<std::string>());
+        }
+        if (private_volumes.empty())
+            continue;
+        ++pods;
+        for (const auto& c : all_containers(spec))
+            for (const auto& m : c["volumeMounts"])
+                if (private_volumes.count(m["name"].as<std::string>())) {
+                    EXPECT_EQ(c["name"].as<std::string>(""), "sluice-files")
+                        << o.where() << ": " << m["name"].as<std::string>();
+                    EXPECT_TRUE(m["readOnly"].as<bool>(false)) << o.where();
+                }
+    }
+    EXPECT_EQ(pods, 2u) << "the sidecar's agent pod and the gateway";
+}
+
 // ------------------------------------------------------------------ overlays fit together
 
 TEST(k8s_sidecar, agent_pod_runs_sluice_on_loopback_with_a_fixed_identity) {

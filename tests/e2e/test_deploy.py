@@ -665,5 +665,114 @@ class guide_test(unittest.TestCase):
             self.assertNotIn(st.token[4:].encode(), f.read())
 
 
+# ---------------------------------------------------------------- the pod, as its users
+
+def init_container_script(deployment_text, name):
+    """The folded `- >-` script of init container `name` (args of bash -c)."""
+    lines = deployment_text.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.strip() == "- name: " + name)
+    at = next(i for i in range(start, len(lines)) if lines[i].strip() == "- >-")
+    indent = len(lines[at + 1]) - len(lines[at + 1].lstrip())
+    words = []
+    for line in lines[at + 1:]:
+        if len(line) - len(line.lstrip()) < indent or not line.strip():
+            break
+        words.append(line.strip())
+    return " ".join(words)
+
+
+class sidecar_pod_test(unittest.TestCase):
+    """The sidecar pod's start as Kubernetes runs it, minus Kubernetes: Secret files owned
+    by root with the manifest's defaultMode, volume roots owned by root (mode 0777, as an
+    emptyDir), the `sluice-files` copy step and `sluice run` as the manifest's user
+    10001, on the ConfigMap's configuration with its paths moved under a scratch root."""
+
+    def test_copy_step_and_sluice_start_as_user_10001(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to create root-owned volumes and switch to user 10001")
+        if not shutil.which("setpriv"):
+            self.skipTest("setpriv (util-linux) is not installed")
+        with open(SIDECAR_DEPLOYMENT, encoding="utf-8") as f:
+            deployment = f.read()
+        modes = dict(re.findall(r"secret: \{secretName: ([\w-]+), defaultMode: (0\d+)\}", deployment))
+        self.assertIn("sluice-ca", modes)
+        self.assertIn("sluice-admin-token", modes)
+        self.assertIn("runAsUser: 10001", deployment)
+
+        pod = tempfile.mkdtemp(prefix="sluice-pod-")
+        try:
+            os.chmod(pod, 0o755)
+            as_sluice = ["setpriv", "--reuid=10001", "--regid=10001", "--clear-groups"]
+            # What the bootstrap Job stores in the Secrets.
+            secrets = os.path.join(pod, "run", "secrets")
+            r = subprocess.run([tp.sluice_binary(), "ca", "init", "--dir",
+                                os.path.join(secrets, "sluice-ca")], capture_output=True,
+                               text=True, timeout=CLIENT_TIMEOUT_S)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            os.makedirs(os.path.join(secrets, "sluice-admin"))
+            with open(os.path.join(secrets, "sluice-admin", "admin.token"), "w") as f:
+                f.write(uuid.uuid4().hex * 2)
+            for volume, mode in (("sluice-ca", modes["sluice-ca"]),
+                                 ("sluice-admin", modes["sluice-admin-token"])):
+                d = os.path.join(secrets, volume)
+                os.chmod(d, 0o755)
+                for name in os.listdir(d):
+                    os.chmod(os.path.join(d, name), int(mode, 8))
+            for d in ("run", "run/secrets"):
+                os.chmod(os.path.join(pod, d), 0o755)
+            for volume in ("var/lib/sluice", "var/log/sluice"):
+                os.makedirs(os.path.join(pod, volume))
+                os.chmod(os.path.join(pod, volume), 0o777)
+            for d in ("var", "var/lib", "var/log"):
+                os.chmod(os.path.join(pod, d), 0o755)
+
+            script = init_container_script(deployment, "sluice-files")
+            moved = script.replace("/run/secrets/", pod + "/run/secrets/") \
+                          .replace("/var/lib/sluice", pod + "/var/lib/sluice")
+            r = subprocess.run(as_sluice + ["bash", "-c", moved], capture_output=True, text=True,
+                               timeout=CLIENT_TIMEOUT_S)
+            self.assertEqual(r.returncode, 0, "the copy step failed as user 10001: " + r.stderr)
+
+            config_text = sidecar_config_text()
+            for old, new in (("/var/lib/sluice/data", pod + "/var/lib/sluice/data"),
+                             ("/var/log/sluice/", pod + "/var/log/sluice/")):
+                config_text = replace_once(config_text, old, new)
+            proxy_port, admin_port = tp.free_port(), tp.free_port()
+            config_text = replace_once(config_text, "- address: 127.0.0.1:3128\n",
+                                       "- address: 127.0.0.1:%d\n" % proxy_port)
+            config_text = replace_once(config_text, "admin: {address: 0.0.0.0:9901,",
+                                       'admin: {address: "127.0.0.1:%d",' % admin_port)
+            config_text = replace_once(config_text, "metrics: {address: 0.0.0.0:9902}",
+                                       'metrics: {address: "127.0.0.1:%d"}' % tp.free_port())
+            config = os.path.join(pod, "sluice.yaml")
+            with open(config, "w") as f:
+                f.write(config_text)
+            os.chmod(config, 0o644)
+            with open(os.path.join(pod, "stderr"), "wb") as err:
+                proc = subprocess.Popen(as_sluice + [tp.sluice_binary(), "run", "--config", config],
+                                        stdout=subprocess.DEVNULL, stderr=err,
+                                        stdin=subprocess.DEVNULL, env=tp.client_env())
+                try:
+                    started = tp.wait_for_port(proxy_port, proc, tp.START_TIMEOUT_S)
+                    with open(os.path.join(pod, "stderr"), "rb") as f:
+                        log = f.read().decode(errors="replace")[-3000:]
+                    self.assertTrue(started, "sluice did not start as user 10001 (exit %s):\n%s"
+                                    % (proc.poll(), log))
+                    with socket.create_connection(("127.0.0.1", admin_port), timeout=10) as c:
+                        c.sendall(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
+                        self.assertIn(b" 200 ", c.recv(200))
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=15)
+            data = os.path.join(pod, "var", "lib", "sluice", "data")
+            self.assertEqual(os.stat(data).st_uid, 10001)
+            self.assertEqual(os.stat(data).st_mode & 0o777, 0o700)
+            for name in ("ca.pem", "ca.key", "admin.token"):
+                st_ = os.stat(os.path.join(data, name))
+                self.assertEqual((st_.st_uid, st_.st_mode & 0o777), (10001, 0o600), name)
+        finally:
+            shutil.rmtree(pod, ignore_errors=True)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
