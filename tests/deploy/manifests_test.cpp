@@ -769,12 +769,19 @@ TEST(dockerfile, runtime_packages_cover_every_library_the_binary_links) {
     for (const auto& i : runtime_stage(dockerfile())) {
         if (i.keyword != "RUN" || i.args.find("apt-get install") == std::string::npos)
             continue;
-        std::istringstream words(i.args.substr(i.args.find("apt-get install")));
-        for (std::string w; words >> w;)
-            if (w != "&&" && w[0] != '-')
+        // The words after `apt-get install`, up to the end of that command.
+        std::istringstream words(i.args.substr(i.args.find("apt-get install") + 15));
+        for (std::string w; words >> w && w != "&&" && w != ";";)
+            if (w[0] != '-')
                 installed.insert(w);
     }
     ASSERT_TRUE(installed.count("ca-certificates"));
+    // Every name is a Debian package (installed here, as the -dev packages pull in the
+    // runtime libraries, or known to apt).
+    for (const auto& pkg : installed) {
+        const auto known = run_command("dpkg-query -W " + pkg + " || apt-cache show " + pkg);
+        EXPECT_EQ(known.status, 0) << pkg << " is not a known Debian package:\n" << known.output;
+    }
     // Present in debian:12-slim (essential or required by apt), or pulled in by a listed one.
     const std::set<std::string> in_base{"libc6", "libstdc++6", "libgcc-s1", "libcivetweb1"};
     const auto ldd = run_command("ldd " + sluice_bin);

@@ -51,6 +51,7 @@ README = os.path.join(ROOT, "deploy", "README.md")
 SIDECAR_CONFIGMAP = os.path.join(ROOT, "deploy", "k8s", "overlays", "sidecar", "configmap.yaml")
 SIDECAR_DEPLOYMENT = os.path.join(ROOT, "deploy", "k8s", "overlays", "sidecar", "deployment.yaml")
 DOCKERFILE = os.path.join(ROOT, "deploy", "Dockerfile")
+BOOTSTRAP_JOB = os.path.join(ROOT, "deploy", "k8s", "base", "bootstrap-job.yaml")
 
 ORIGIN_HOST = "127.0.0.2"     # loopback, but not in the documented NO_PROXY
 DOC_PROXY = "http://127.0.0.1:3128"
@@ -682,10 +683,11 @@ def init_container_script(deployment_text, name):
 
 
 class sidecar_pod_test(unittest.TestCase):
-    """The sidecar pod's start as Kubernetes runs it, minus Kubernetes: Secret files owned
-    by root with the manifest's defaultMode, volume roots owned by root (mode 0777, as an
-    emptyDir), the `sluice-files` copy step and `sluice run` as the manifest's user
-    10001, on the ConfigMap's configuration with its paths moved under a scratch root."""
+    """The sidecar pod's start as Kubernetes runs it, minus Kubernetes: the bootstrap
+    Job's ca-init step, Secret files owned by root with the manifest's defaultMode, volume
+    roots owned by root (mode 0777, as an emptyDir), the `sluice-files` copy step and
+    `sluice run` as the manifest's user 10001, on the ConfigMap's configuration with its
+    paths moved under a scratch root."""
 
     def test_copy_step_and_sluice_start_as_user_10001(self):
         if os.geteuid() != 0:
@@ -703,21 +705,39 @@ class sidecar_pod_test(unittest.TestCase):
         try:
             os.chmod(pod, 0o755)
             as_sluice = ["setpriv", "--reuid=10001", "--regid=10001", "--clear-groups"]
-            # What the bootstrap Job stores in the Secrets.
+            # The bootstrap Job's ca-init step, as its user 10001 on a root-owned emptyDir,
+            # with `sluice` on the PATH as in the image.
+            with open(BOOTSTRAP_JOB, encoding="utf-8") as f:
+                job = f.read()
+            self.assertIn("runAsUser: 10001", job)
+            bootstrap = os.path.join(pod, "bootstrap")
+            os.makedirs(bootstrap)
+            os.chmod(bootstrap, 0o777)
+            bin_dir = os.path.join(pod, "bin")
+            os.makedirs(bin_dir)
+            os.symlink(os.path.abspath(tp.sluice_binary()), os.path.join(bin_dir, "sluice"))
+            os.chmod(bin_dir, 0o755)
+            r = subprocess.run(as_sluice + ["bash", "-c", init_container_script(job, "ca-init")
+                                            .replace("/bootstrap", bootstrap)],
+                               capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S,
+                               env=dict(tp.client_env(), PATH=bin_dir + ":" + os.environ["PATH"]))
+            self.assertEqual(r.returncode, 0, "the Job's ca-init step failed: " + r.stderr)
+            with open(os.path.join(bootstrap, "admin.token")) as f:
+                self.assertRegex(f.read(), r"^[0-9a-f]{64}$")
+            # The Secrets the Job creates from them, as the kubelet mounts them: root-owned,
+            # with the Deployment's defaultMode.
             secrets = os.path.join(pod, "run", "secrets")
-            r = subprocess.run([tp.sluice_binary(), "ca", "init", "--dir",
-                                os.path.join(secrets, "sluice-ca")], capture_output=True,
-                               text=True, timeout=CLIENT_TIMEOUT_S)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            os.makedirs(os.path.join(secrets, "sluice-admin"))
-            with open(os.path.join(secrets, "sluice-admin", "admin.token"), "w") as f:
-                f.write(uuid.uuid4().hex * 2)
-            for volume, mode in (("sluice-ca", modes["sluice-ca"]),
-                                 ("sluice-admin", modes["sluice-admin-token"])):
+            for volume, files, mode in (
+                    ("sluice-ca", ("ca/ca.pem", "ca/ca.key"), modes["sluice-ca"]),
+                    ("sluice-admin", ("admin.token",), modes["sluice-admin-token"])):
                 d = os.path.join(secrets, volume)
+                os.makedirs(d)
                 os.chmod(d, 0o755)
-                for name in os.listdir(d):
-                    os.chmod(os.path.join(d, name), int(mode, 8))
+                for name in files:
+                    target = os.path.join(d, os.path.basename(name))
+                    shutil.copyfile(os.path.join(bootstrap, name), target)
+                    os.chown(target, 0, 0)
+                    os.chmod(target, int(mode, 8))
             for d in ("run", "run/secrets"):
                 os.chmod(os.path.join(pod, d), 0o755)
             for volume in ("var/lib/sluice", "var/log/sluice"):
