@@ -78,7 +78,8 @@ bool have_tool(const std::string& name) {
 std::vector<fs::path> yaml_files(const fs::path& dir) {
     std::vector<fs::path> out;
     for (const auto& e : fs::recursive_directory_iterator(dir))
-        if (e.is_regular_file() && (e.path().extension() == ".yaml" || e.path().extension() == ".yml"))
+        if (e.is_regular_file() &&
+            (e.path().extension() == ".yaml" || e.path().extension() == ".yml"))
             out.push_back(e.path());
     std::sort(out.begin(), out.end());
     return out;
@@ -191,7 +192,8 @@ YAML::Node volume(const YAML::Node& spec, const std::string& name) {
 }
 
 // The sluice configurations shipped inside ConfigMaps: (where, yaml text).
-std::vector<std::pair<std::string, std::string>> configmap_configs(const std::vector<object>& objs) {
+std::vector<std::pair<std::string, std::string>>
+configmap_configs(const std::vector<object>& objs) {
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& o : objs)
         if (o.kind() == "ConfigMap" && o.node["data"]["sluice.yaml"])
@@ -228,8 +230,10 @@ void expect_data_dir_prepared(const YAML::Node& spec, const YAML::Node& sluice,
     std::string script;
     for (const auto& a : files["args"])
         script += a.as<std::string>() + " ";
-    EXPECT_NE(script.find("install -d -m 0700 " + s.data_dir.string()), std::string::npos) << script;
-    EXPECT_NE(script.find("install -m 0600 -t " + s.data_dir.string()), std::string::npos) << script;
+    EXPECT_NE(script.find("install -d -m 0700 " + s.data_dir.string()), std::string::npos)
+        << script;
+    EXPECT_NE(script.find("install -m 0600 -t " + s.data_dir.string()), std::string::npos)
+        << script;
     for (const auto& p : {s.ca_cert, s.ca_key, s.admin_token_file}) {
         EXPECT_EQ(p.parent_path(), s.data_dir);
         EXPECT_NE(script.find("/" + p.filename().string() + " "), std::string::npos)
@@ -284,7 +288,8 @@ TEST(k8s_manifests, kustomization_resources_exist_and_every_manifest_is_used) {
         ASSERT_TRUE(k["resources"] && k["resources"].size() > 0) << f;
         for (const auto& r : k["resources"]) {
             const fs::path p = fs::weakly_canonical(f.parent_path() / r.as<std::string>());
-            EXPECT_TRUE(fs::exists(p)) << f << ": resource " << r.as<std::string>() << " is missing";
+            EXPECT_TRUE(fs::exists(p))
+                << f << ": resource " << r.as<std::string>() << " is missing";
             if (fs::is_directory(p)) {
                 EXPECT_TRUE(fs::exists(p / "kustomization.yaml")) << p << " is no kustomization";
             }
@@ -318,9 +323,10 @@ TEST(k8s_manifests, workload_containers_are_hardened_and_bounded) {
         // Workload selectors must select their own pods.
         if (o.kind() != "Job") {
             for (const auto& kv : o.node["spec"]["selector"]["matchLabels"]) {
-                EXPECT_EQ(o.node["spec"]["template"]["metadata"]["labels"][kv.first.as<std::string>()]
-                              .as<std::string>(""),
-                          kv.second.as<std::string>())
+                EXPECT_EQ(
+                    o.node["spec"]["template"]["metadata"]["labels"][kv.first.as<std::string>()]
+                        .as<std::string>(""),
+                    kv.second.as<std::string>())
                     << o.where() << ": the selector does not match the pod template";
             }
         }
@@ -407,8 +413,8 @@ TEST(k8s_manifests, agents_never_mount_the_ca_key_or_the_audit_volume) {
             for (const char* var : {"CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
                                     "GIT_SSL_CAINFO", "PIP_CERT", "NPM_CONFIG_CAFILE"})
                 EXPECT_EQ(env_value(c, var), ca) << o.where() << " " << var;
-            for (const char* var : {"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
-                                    "NO_PROXY", "no_proxy"})
+            for (const char* var :
+                 {"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"})
                 EXPECT_TRUE(has_env(c, var)) << o.where() << " " << var;
         }
     }
@@ -485,7 +491,8 @@ TEST(k8s_sidecar, agent_pod_runs_sluice_on_loopback_with_a_fixed_identity) {
             admin_port = p["containerPort"].as<std::string>();
     EXPECT_EQ(admin_port, port_of(s.admin_address));
     EXPECT_EQ(s.admin_address.rfind("0.0.0.0:", 0), 0u) << "kubelet probes come from the node";
-    EXPECT_EQ(volume(spec, "sluice-config")["configMap"]["name"].as<std::string>(""), "sluice-config");
+    EXPECT_EQ(volume(spec, "sluice-config")["configMap"]["name"].as<std::string>(""),
+              "sluice-config");
     // The copy step puts the CA pair and admin token where the config looks for them.
     const object* job = find(objs, "Job", "sluice-bootstrap");
     ASSERT_NE(job, nullptr) << "the overlay includes the base's bootstrap Job";
@@ -502,7 +509,8 @@ TEST(k8s_gateway, replicas_service_pdb_hpa_servicemonitor_and_networkpolicy_fit_
         if (!match || match.size() == 0)
             return false;
         for (const auto& kv : match)
-            if (labels[kv.first.as<std::string>()].as<std::string>("") != kv.second.as<std::string>())
+            if (labels[kv.first.as<std::string>()].as<std::string>("") !=
+                kv.second.as<std::string>())
                 return false;
         return true;
     };
@@ -529,7 +537,8 @@ TEST(k8s_gateway, replicas_service_pdb_hpa_servicemonitor_and_networkpolicy_fit_
     const object* pdb = find(objs, "PodDisruptionBudget", "sluice");
     ASSERT_NE(pdb, nullptr);
     EXPECT_TRUE(selects_sluice(pdb->node["spec"]["selector"]["matchLabels"]));
-    EXPECT_LT(pdb->node["spec"]["minAvailable"].as<int>(99), dep->node["spec"]["replicas"].as<int>());
+    EXPECT_LT(pdb->node["spec"]["minAvailable"].as<int>(99),
+              dep->node["spec"]["replicas"].as<int>());
 
     const object* hpa = find(objs, "HorizontalPodAutoscaler", "sluice");
     ASSERT_NE(hpa, nullptr);
@@ -537,7 +546,8 @@ TEST(k8s_gateway, replicas_service_pdb_hpa_servicemonitor_and_networkpolicy_fit_
     EXPECT_EQ(hpa->node["spec"]["scaleTargetRef"]["kind"].as<std::string>(""), "Deployment");
     EXPECT_EQ(hpa->node["spec"]["scaleTargetRef"]["name"].as<std::string>(""), "sluice");
     EXPECT_GE(hpa->node["spec"]["minReplicas"].as<int>(0), 2);
-    EXPECT_GT(hpa->node["spec"]["maxReplicas"].as<int>(0), hpa->node["spec"]["minReplicas"].as<int>(0));
+    EXPECT_GT(hpa->node["spec"]["maxReplicas"].as<int>(0),
+              hpa->node["spec"]["minReplicas"].as<int>(0));
 
     const object* sm = find(objs, "ServiceMonitor", "sluice");
     ASSERT_NE(sm, nullptr);
@@ -552,12 +562,14 @@ TEST(k8s_gateway, replicas_service_pdb_hpa_servicemonitor_and_networkpolicy_fit_
     const YAML::Node np_spec = np->node["spec"];
     ASSERT_EQ(np_spec["policyTypes"].size(), 1u);
     EXPECT_EQ(np_spec["policyTypes"][0].as<std::string>(), "Egress");
-    const std::string agent_key = np_spec["podSelector"]["matchLabels"].begin()->first.as<std::string>();
+    const std::string agent_key =
+        np_spec["podSelector"]["matchLabels"].begin()->first.as<std::string>();
     const std::string agent_value =
         np_spec["podSelector"]["matchLabels"].begin()->second.as<std::string>();
     bool dns = false, gateway = false;
     for (const auto& rule : np_spec["egress"]) {
-        ASSERT_TRUE(rule["to"] && rule["ports"]) << "an egress rule without `to` or `ports` opens everything";
+        ASSERT_TRUE(rule["to"] && rule["ports"])
+            << "an egress rule without `to` or `ports` opens everything";
         for (const auto& to : rule["to"])
             EXPECT_FALSE(to["ipBlock"]) << "agents get no address block";
         for (const auto& p : rule["ports"]) {
@@ -590,7 +602,8 @@ TEST(k8s_gateway, replicas_service_pdb_hpa_servicemonitor_and_networkpolicy_fit_
     const std::regex var{R"(\$\{([A-Za-z_][A-Za-z0-9_]*)\})"};
     for (std::sregex_iterator it(configs[0].second.begin(), configs[0].second.end(), var), end;
          it != end; ++it)
-        EXPECT_TRUE(has_env(sluice, (*it)[1].str())) << (*it)[1].str() << " is not in the pod's env";
+        EXPECT_TRUE(has_env(sluice, (*it)[1].str()))
+            << (*it)[1].str() << " is not in the pod's env";
     expect_data_dir_prepared(pod_spec(*dep), sluice, *loaded);
     EXPECT_EQ(loaded->audit_path.parent_path().string(), mount_path(sluice, "sluice-audit"));
 }
@@ -602,7 +615,8 @@ TEST(k8s_overlays, build_with_kubectl_kustomize) {
     else if (have_tool("kubectl"))
         tool = "kubectl kustomize";
     else
-        GTEST_SKIP() << "neither kustomize nor kubectl is installed; the overlays' build is not checked";
+        GTEST_SKIP()
+            << "neither kustomize nor kubectl is installed; the overlays' build is not checked";
     for (const char* o : {"sidecar", "gateway"}) {
         const auto r = run_command(tool + " " + (k8s_dir / "overlays" / o).string());
         ASSERT_EQ(r.status, 0) << o << ":\n" << r.output;
@@ -631,13 +645,15 @@ TEST(deploy_configs, every_shipped_config_passes_the_config_loader) {
     std::size_t n = 0;
     for (const auto& f : yaml_files(deploy_dir / "examples")) {
         auto loaded = sluice::config::load_file(f);
-        EXPECT_TRUE(loaded.has_value()) << f << ": " << (loaded ? "" : loaded.error().front().str());
+        EXPECT_TRUE(loaded.has_value())
+            << f << ": " << (loaded ? "" : loaded.error().front().str());
         ++n;
     }
     EXPECT_GE(n, 6u);
     for (const auto& [where, text] : configmap_configs(objects_under(k8s_dir))) {
         auto loaded = sluice::config::load_string(text, where);
-        EXPECT_TRUE(loaded.has_value()) << where << ": " << (loaded ? "" : loaded.error().front().str());
+        EXPECT_TRUE(loaded.has_value())
+            << where << ": " << (loaded ? "" : loaded.error().front().str());
         ++n;
     }
     EXPECT_GE(n, 8u);
@@ -647,7 +663,8 @@ TEST(deploy_configs, the_binary_check_config_accepts_the_configmaps) {
     set_config_environment();
     if (::access(sluice_bin.c_str(), X_OK) != 0)
         GTEST_SKIP() << "the sluice binary is not built at " << sluice_bin;
-    const fs::path dir = fs::temp_directory_path() / ("sluice-deploy-test-" + std::to_string(::getpid()));
+    const fs::path dir =
+        fs::temp_directory_path() / ("sluice-deploy-test-" + std::to_string(::getpid()));
     fs::create_directories(dir);
     int i = 0;
     for (const auto& [where, text] : configmap_configs(objects_under(k8s_dir))) {
@@ -658,7 +675,8 @@ TEST(deploy_configs, the_binary_check_config_accepts_the_configmaps) {
     }
     // And it does reject a broken one, so the status above means something.
     std::ofstream(dir / "broken.yaml") << "version: 1\nlisteners: [{address: nowhere}]\nbogus: 1\n";
-    EXPECT_EQ(run_command(sluice_bin + " check-config " + (dir / "broken.yaml").string()).status, 2);
+    EXPECT_EQ(run_command(sluice_bin + " check-config " + (dir / "broken.yaml").string()).status,
+              2);
     fs::remove_all(dir);
 }
 
@@ -714,8 +732,11 @@ TEST(dockerfile, multi_stage_debian_non_root_healthcheck_entrypoint) {
 
     bool installs_deps = false, builds = false;
     for (const auto& i : all) {
-        installs_deps = installs_deps || (i.keyword == "RUN" && i.args.find("deploy/install-deps.sh") != std::string::npos);
-        builds = builds || (i.keyword == "RUN" && i.args.find("cmake --build") != std::string::npos);
+        installs_deps =
+            installs_deps ||
+            (i.keyword == "RUN" && i.args.find("deploy/install-deps.sh") != std::string::npos);
+        builds =
+            builds || (i.keyword == "RUN" && i.args.find("cmake --build") != std::string::npos);
     }
     EXPECT_TRUE(installs_deps) << "the build stage uses deploy/install-deps.sh";
     EXPECT_TRUE(builds);
@@ -725,11 +746,16 @@ TEST(dockerfile, multi_stage_debian_non_root_healthcheck_entrypoint) {
     bool copies_binary = false;
     std::string config_copied_to;
     for (const auto& i : rt) {
-        if (i.keyword == "USER") user = i.args;
-        if (i.keyword == "HEALTHCHECK") healthcheck = i.args;
-        if (i.keyword == "ENTRYPOINT") entrypoint = i.args;
-        if (i.keyword == "CMD") cmd = i.args;
-        if (i.keyword == "VOLUME") volume = i.args;
+        if (i.keyword == "USER")
+            user = i.args;
+        if (i.keyword == "HEALTHCHECK")
+            healthcheck = i.args;
+        if (i.keyword == "ENTRYPOINT")
+            entrypoint = i.args;
+        if (i.keyword == "CMD")
+            cmd = i.args;
+        if (i.keyword == "VOLUME")
+            volume = i.args;
         if (i.keyword == "COPY" && i.args.find("--from=" + build_stage) != std::string::npos &&
             i.args.find("sluice") != std::string::npos)
             copies_binary = true;
@@ -854,7 +880,8 @@ TEST(systemd_unit, hardening_state_dirs_and_reload) {
     // What the unit publishes for clients is the CA the config uses.
     bool publishes = false;
     for (const auto& pre : keys.at("ExecStartPre"))
-        publishes = publishes || pre.find(loaded->ca_cert.string() + " /run/sluice/ca.pem") != std::string::npos;
+        publishes = publishes ||
+                    pre.find(loaded->ca_cert.string() + " /run/sluice/ca.pem") != std::string::npos;
     EXPECT_TRUE(publishes) << "ExecStartPre copies " << loaded->ca_cert << " to /run/sluice/ca.pem";
 }
 
@@ -878,7 +905,8 @@ TEST(systemd_unit, systemd_analyze_verify_and_security) {
     EXPECT_EQ(verify.output, "") << "systemd-analyze verify warns";
     // The same verify does flag a broken unit (so an empty output above means something).
     std::ofstream(dir / "broken.service") << text << "\n[Service]\nNoNewPrivileges=maybe\n";
-    EXPECT_NE(run_command("systemd-analyze verify " + (dir / "broken.service").string()).output, "");
+    EXPECT_NE(run_command("systemd-analyze verify " + (dir / "broken.service").string()).output,
+              "");
     // Exposure score (0 best, 10 worst): fail above 2.0.
     const auto sec =
         run_command("systemd-analyze security --offline=yes --threshold=20 " + unit.string());
