@@ -713,10 +713,16 @@ class sidecar_pod_test(unittest.TestCase):
             bootstrap = os.path.join(pod, "bootstrap")
             os.makedirs(bootstrap)
             os.chmod(bootstrap, 0o777)
+            # The binary where user 10001 can reach it (the build folder may be private).
             bin_dir = os.path.join(pod, "bin")
             os.makedirs(bin_dir)
-            os.symlink(os.path.abspath(tp.sluice_binary()), os.path.join(bin_dir, "sluice"))
             os.chmod(bin_dir, 0o755)
+            sluice = os.path.join(bin_dir, "sluice")
+            try:
+                os.link(os.path.realpath(tp.sluice_binary()), sluice)
+            except OSError:
+                shutil.copy2(tp.sluice_binary(), sluice)
+            os.chmod(sluice, 0o755)
             r = subprocess.run(as_sluice + ["bash", "-c", init_container_script(job, "ca-init")
                                             .replace("/bootstrap", bootstrap)],
                                capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S,
@@ -769,7 +775,7 @@ class sidecar_pod_test(unittest.TestCase):
                 f.write(config_text)
             os.chmod(config, 0o644)
             with open(os.path.join(pod, "stderr"), "wb") as err:
-                proc = subprocess.Popen(as_sluice + [tp.sluice_binary(), "run", "--config", config],
+                proc = subprocess.Popen(as_sluice + [sluice, "run", "--config", config],
                                         stdout=subprocess.DEVNULL, stderr=err,
                                         stdin=subprocess.DEVNULL, env=tp.client_env())
                 try:
