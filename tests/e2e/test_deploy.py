@@ -50,6 +50,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 README = os.path.join(ROOT, "deploy", "README.md")
 SIDECAR_CONFIGMAP = os.path.join(ROOT, "deploy", "k8s", "overlays", "sidecar", "configmap.yaml")
 SIDECAR_DEPLOYMENT = os.path.join(ROOT, "deploy", "k8s", "overlays", "sidecar", "deployment.yaml")
+GATEWAY_CONFIGMAP = os.path.join(ROOT, "deploy", "k8s", "overlays", "gateway", "configmap.yaml")
 DOCKERFILE = os.path.join(ROOT, "deploy", "Dockerfile")
 BOOTSTRAP_JOB = os.path.join(ROOT, "deploy", "k8s", "base", "bootstrap-job.yaml")
 
@@ -115,9 +116,9 @@ def documented_env(code):
     return env
 
 
-def sidecar_config_text():
-    """The `sluice.yaml` literal block of the sidecar ConfigMap."""
-    with open(SIDECAR_CONFIGMAP, encoding="utf-8") as f:
+def sidecar_config_text(path=None):
+    """The `sluice.yaml` literal block of the sidecar ConfigMap (or of `path`)."""
+    with open(path or SIDECAR_CONFIGMAP, encoding="utf-8") as f:
         lines = f.read().split("\n")
     start = next(i for i, line in enumerate(lines) if line.strip() == "sluice.yaml: |")
     key_indent = len(lines[start]) - len(lines[start].lstrip())
@@ -400,9 +401,9 @@ def run_recipe(name, **variables):
                           timeout=CLIENT_TIMEOUT_S)
 
 
-def audit_records():
+def audit_records(path):
     try:
-        with open(st.audit, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             return [json.loads(line) for line in f if line.strip()]
     except FileNotFoundError:
         return []
@@ -411,9 +412,13 @@ def audit_records():
 def wait_for_audit(predicate, count=1):
     """Polls the audit file (bounded) until `count` records satisfy `predicate`; returns
     (None, all records, matching records)."""
+    return wait_for_audit_in(st.audit, predicate, count)
+
+
+def wait_for_audit_in(path, predicate, count=1):
     deadline = time.monotonic() + tp.AUDIT_WAIT_S
     while True:
-        records = audit_records()
+        records = audit_records(path)
         hits = [r for r in records if predicate(r)]
         if len(hits) >= count or time.monotonic() > deadline:
             return None, records, hits
@@ -664,6 +669,100 @@ class guide_test(unittest.TestCase):
         st.stderr.flush()
         with open(os.path.join(st.tmp, "sluice.stderr"), "rb") as f:
             self.assertNotIn(st.token[4:].encode(), f.read())
+
+
+# ---------------------------------------------------------------- the gateway's identities
+
+class gateway_test(unittest.TestCase):
+    """The gateway ConfigMap's configuration: each agent workload proves who it is with
+    its own token in the proxy URL (HTTPS_PROXY=http://NAME:TOKEN@...), and sluice holds
+    only the token's SHA-256 from the Secret sluice-agent-tokens, passed in through the
+    pod's environment (${SLUICE_TOKEN_SHA256_*}), made as deploy/README.md says."""
+
+    proc = None
+    tmp = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(dir=st.tmp)
+        cls.tokens = {"patcher": uuid.uuid4().hex + uuid.uuid4().hex,
+                      "reviewer": uuid.uuid4().hex + uuid.uuid4().hex}
+        env = tp.client_env()
+        for name, token in cls.tokens.items():
+            # printf %s "$TOKEN" | sha256sum | cut -d' ' -f1
+            r = subprocess.run("printf %s \"$T\" | sha256sum | cut -d' ' -f1", shell=True,
+                               capture_output=True, text=True, env=dict(env, T=token), timeout=30)
+            env["SLUICE_TOKEN_SHA256_" + name.upper()] = r.stdout.strip()
+        text = sidecar_config_text(GATEWAY_CONFIGMAP)
+        cls.port = tp.free_port()
+        text = replace_once(text, "data_dir: /var/lib/sluice/data",
+                            "data_dir: " + os.path.join(cls.tmp, "data"))
+        text = replace_once(text, "- address: 0.0.0.0:3128\n", "- address: 127.0.0.1:%d\n" % cls.port)
+        text = replace_once(text, "admin: {address: 0.0.0.0:9901,",
+                            'admin: {address: "127.0.0.1:%d",' % tp.free_port())
+        text = replace_once(text, "metrics: {address: 0.0.0.0:9902}",
+                            'metrics: {address: "127.0.0.1:%d"}' % tp.free_port())
+        cls.audit = os.path.join(cls.tmp, "audit.jsonl")
+        text = replace_once(text, "audit: {path: /var/log/sluice/audit.jsonl,", "audit: {path: %s," % cls.audit)
+        text = replace_once(text, "  - identity: patcher\n    rules:\n",
+                            "  - identity: patcher\n    rules:\n"
+                            "      - hosts: [\"%s\"]\n        ports: [%d]\n        action: allow\n"
+                            % (ORIGIN_HOST, st.origin.port))
+        text = replace_once(text, "    limits: {requests_per_minute: 600,",
+                            "    private_destinations: [%s/32]\n"
+                            "    limits: {requests_per_minute: 600," % ORIGIN_HOST)
+        text = replace_once(text, "upstream:\n  connect_timeout: 10s\n",
+                            "upstream:\n  connect_timeout: 10s\n  ca_file: %s\n"
+                            % os.path.join(st.tmp, "test-ca.pem"))
+        config = os.path.join(cls.tmp, "sluice.yaml")
+        with open(config, "w") as f:
+            f.write(text)
+        cls.err = open(os.path.join(cls.tmp, "stderr"), "wb")
+        cls.proc = subprocess.Popen([tp.sluice_binary(), "run", "--config", config],
+                                    stdout=subprocess.DEVNULL, stderr=cls.err,
+                                    stdin=subprocess.DEVNULL, env=env)
+        if not tp.wait_for_port(cls.port, cls.proc, tp.START_TIMEOUT_S):
+            with open(os.path.join(cls.tmp, "stderr"), "rb") as f:
+                raise RuntimeError("the gateway config did not start (exit %s):\n%s"
+                                   % (cls.proc.poll(), f.read().decode(errors="replace")[-3000:]))
+        cls.ca = os.path.join(cls.tmp, "data", "ca.pem")
+
+    @classmethod
+    def tearDownClass(cls):
+        tp.stop_run(cls.proc, (), (cls.err,), None)
+
+    def curl_as(self, user, token, m):
+        proxy = "http://%s:%s@127.0.0.1:%d" % (user, token, self.port)
+        env = dict(st.env, HTTPS_PROXY=proxy, https_proxy=proxy, SSL_CERT_FILE=self.ca,
+                   CURL_CA_BUNDLE=self.ca)
+        return subprocess.run(["bash", "-euo", "pipefail", "-c", st.recipes["curl"][1]],
+                              capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S,
+                              env=dict(env, URL=url("/v1/gateway/" + m), BODY="{}"))
+
+    def test_each_workload_is_its_identity_and_a_wrong_token_is_refused(self):
+        m = marker()
+        r = self.curl_as("patcher", self.tokens["patcher"], m)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(st.origin.requests_for(m)), 1)
+        _, _, hits = wait_for_audit_in(self.audit, lambda x: m in str(x.get("url", "")))
+        self.assertEqual(hits[0]["identity"], "patcher")
+        # The reviewer's policy does not list the origin: policy_deny for that identity.
+        m2 = marker()
+        r = self.curl_as("reviewer", self.tokens["reviewer"], m2)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(st.origin.requests_for(m2), [])
+        # Another workload's token, or none, resolves no identity: 407, nothing sent.
+        for user, token in (("patcher", self.tokens["reviewer"]), ("patcher", "wrong")):
+            m3 = marker()
+            r = self.curl_as(user, token, m3)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("407", r.stderr + r.stdout)
+            self.assertEqual(st.origin.requests_for(m3), [])
+        self.err.flush()
+        with open(os.path.join(self.tmp, "stderr"), "rb") as f:
+            err = f.read().decode(errors="replace")
+        for token in self.tokens.values():
+            self.assertNotIn(token, err, "a proxy token is in sluice's log")
 
 
 # ---------------------------------------------------------------- the pod, as its users
