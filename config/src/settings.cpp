@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -1182,7 +1183,8 @@ private:
             src.value = std::move(*v);
         }
         if (src.value.size() < 4) {
-            w_.error(e ? *e : *f, std::string(what) + " is shorter than 4 bytes");
+            w_.error(e ? *e : *f,
+                     std::string(what) + " ('" + src.ref + "') is shorter than 4 bytes");
             return std::nullopt;
         }
         return src;
@@ -1257,6 +1259,15 @@ private:
             }
             if (auto* src = m->get("source")) {
                 if (auto s = source(*src, "credential source")) {
+                    // The secret goes into a header or query: CR, LF, NUL or any other
+                    // control byte would split or smuggle (RFC 9110 section 5.5).
+                    if (std::any_of(s->value.begin(), s->value.end(), is_control)) {
+                        w_.error(*src, "credential source ('" + s->ref +
+                                           "') contains control characters (CR, LF, NUL, ...)");
+                    } else if (s->value == c.placeholder) {
+                        w_.error(*src, "credential source ('" + s->ref +
+                                           "') holds the placeholder itself, not a secret");
+                    }
                     c.source = std::move(*s);
                 }
             } else {
@@ -1269,8 +1280,13 @@ private:
                     }
                 });
             }
-            if (c.hosts.empty() && !m->get("hosts")) {
-                w_.error(m->mark, "credential needs 'hosts' (where the secret may be sent)");
+            if (c.hosts.empty()) {
+                w_.error(m->get("hosts") ? m->get("hosts")->Mark() : m->mark,
+                         "credential needs 'hosts' (where the secret may be sent)");
+            }
+            if (std::find(c.hosts.begin(), c.hosts.end(), "*") != c.hosts.end()) {
+                w_.error(*m->get("hosts"),
+                         "credential hosts must name the service, not '*' (every host)");
             }
             if (auto* p = m->get("ports")) {
                 w_.seq(*p, "ports", [&](const YAML::Node& x) {
@@ -1297,6 +1313,14 @@ private:
                     if (auto* x = hm->get("name")) {
                         if (auto s = w_.str(*x, "header name")) {
                             c.header_name = *s;
+                            if (!is_token(*s)) {
+                                w_.error(*x, "credential header name '" + *s +
+                                                 "' is not a field name (RFC 9110 section 5.1)");
+                            } else if (is_reserved_field(*s)) {
+                                w_.error(*x, "credential header '" + *s +
+                                                 "' is a framing or hop-by-hop field and cannot "
+                                                 "carry a secret");
+                            }
                         }
                     } else {
                         w_.error(hm->mark, "credential header needs a 'name'");
@@ -1305,6 +1329,9 @@ private:
                         if (auto s = w_.str(*x, "header value")) {
                             if (s->find("{secret}") == std::string::npos) {
                                 w_.error(*x, "credential header value must contain '{secret}'");
+                            }
+                            if (std::any_of(s->begin(), s->end(), is_control)) {
+                                w_.error(*x, "credential header value contains control characters");
                             }
                             c.header_value_template = *s;
                         }
@@ -1338,6 +1365,48 @@ private:
             credential_names_.insert(c.name);
             s_.credentials.push_back(std::move(c));
         });
+        // One placeholder inside another would make the longer one ambiguous.
+        for (const auto& a : s_.credentials) {
+            for (const auto& b : s_.credentials) {
+                if (&a != &b && !a.placeholder.empty() && a.placeholder != b.placeholder &&
+                    b.placeholder.find(a.placeholder) != std::string::npos) {
+                    w_.error(n, "placeholder '" + a.placeholder + "' (credential '" + a.name +
+                                    "') is part of placeholder '" + b.placeholder +
+                                    "' (credential '" + b.name + "')");
+                }
+            }
+        }
+    }
+
+    static bool is_control(char ch) {
+        auto u = static_cast<unsigned char>(ch);
+        return u < 0x20 || u == 0x7f;
+    }
+
+    // token = 1*tchar (RFC 9110 section 5.6.2)
+    static bool is_token(std::string_view t) {
+        static constexpr std::string_view extra = "!#$%&'*+-.^_`|~";
+        return !t.empty() && std::all_of(t.begin(), t.end(), [](char ch) {
+            return std::isalnum(static_cast<unsigned char>(ch)) ||
+                   extra.find(ch) != std::string_view::npos;
+        });
+    }
+
+    static bool is_reserved_field(std::string_view name) {
+        static constexpr std::string_view reserved[] = {"host",
+                                                        "content-length",
+                                                        "transfer-encoding",
+                                                        "connection",
+                                                        "keep-alive",
+                                                        "proxy-connection",
+                                                        "proxy-authorization",
+                                                        "proxy-authenticate",
+                                                        "te",
+                                                        "trailer",
+                                                        "upgrade",
+                                                        "expect"};
+        std::string l = lower(std::string(name));
+        return std::find(std::begin(reserved), std::end(reserved), l) != std::end(reserved);
     }
 
     void audit(const YAML::Node& n) {

@@ -42,15 +42,71 @@ void note(std::vector<std::string>& names, const std::string& name) {
     }
 }
 
+// A path a prefix check can trust: no dot-segment and no encoded '/' or '\\' after
+// percent-decoding (RFC 3986 section 5.2.4: "/v1/../admin" is "/admin" to the origin).
+bool plain_path(std::string_view target) {
+    auto parsed = boost::urls::parse_origin_form(target);
+    if (!parsed) {
+        return false;
+    }
+    for (auto seg : parsed->encoded_segments()) {
+        std::string d = seg.decode();
+        if (d == "." || d == ".." || d.find('/') != std::string::npos ||
+            d.find('\\') != std::string::npos) {
+            return false;
+        }
+    }
+    return true;
+}
+
 } // namespace
 
+std::vector<std::string> reflection_forms(std::string_view secret) {
+    std::vector<std::string> forms;
+    auto add = [&](std::string f) {
+        if (!f.empty() && std::find(forms.begin(), forms.end(), f) == forms.end()) {
+            forms.push_back(std::move(f));
+        }
+    };
+    add(std::string(secret));
+    std::string upper = boost::urls::encode(secret, boost::urls::unreserved_chars);
+    add(upper);
+    std::string lower = upper;
+    for (std::size_t i = 0; i < lower.size(); ++i) {
+        if (lower[i] == '%' && i + 2 < lower.size()) {
+            lower[i + 1] =
+                static_cast<char>(std::tolower(static_cast<unsigned char>(lower[i + 1])));
+            lower[i + 2] =
+                static_cast<char>(std::tolower(static_cast<unsigned char>(lower[i + 2])));
+        }
+    }
+    add(lower);
+    std::string json; // JSON may escape '/' as "\/" (RFC 8259 section 7)
+    for (char c : secret) {
+        if (c == '/') {
+            json += '\\';
+        }
+        json += c;
+    }
+    add(json);
+    return forms;
+}
+
 credential_broker::credential_broker(std::vector<brokered_credential> credentials)
-    : credentials_(std::move(credentials)) {}
+    : credentials_(std::move(credentials)) {
+    for (const auto& c : credentials_) {
+        for (auto& f : reflection_forms(c.secret)) {
+            if (std::find(reflections_.begin(), reflections_.end(), f) == reflections_.end()) {
+                reflections_.push_back(std::move(f));
+            }
+        }
+    }
+}
 
 bool credential_broker::in_scope(const brokered_credential& c, std::string_view identity,
                                  const policy& p, std::string_view host, std::uint16_t port,
                                  std::string_view target) const {
-    if (!target.starts_with(c.path_prefix)) {
+    if (!c.path_prefix.empty() && (!target.starts_with(c.path_prefix) || !plain_path(target))) {
         return false;
     }
     if (!c.identities.empty() &&

@@ -176,6 +176,49 @@ bool names_connection_option(const std::vector<std::string>& tokens, std::string
                        [&](const std::string& t) { return beast::iequals(t, name); });
 }
 
+// Masks brokered secrets in a response head: every field value and the reason phrase.
+// Returns the bytes masked.
+template <class Fields>
+std::size_t mask_head(http::response_header<Fields>& head, const dlp::secret_masker& masker) {
+    if (!masker.active())
+        return 0;
+    std::size_t masked = 0;
+    std::vector<std::pair<std::string, std::string>> fields;
+    for (const auto& f : head) {
+        std::string v(f.value());
+        masked += masker.mask(v);
+        fields.emplace_back(std::string(f.name_string()), std::move(v));
+    }
+    if (masked > 0) {
+        for (const auto& [name, value] : fields)
+            head.erase(name);
+        for (const auto& [name, value] : fields)
+            head.insert(name, value);
+    }
+    std::string reason(head.reason());
+    if (std::size_t n = masker.mask(reason); n > 0) {
+        head.reason(reason);
+        masked += n;
+    }
+    return masked;
+}
+
+// True when every Content-Encoding token is "identity" and every Transfer-Encoding token
+// is "chunked" (over all fields of each name).
+template <class Fields>
+bool only_identity_coded(const http::response_header<Fields>& head) {
+    auto all = [&](http::field name, std::string_view allowed) {
+        auto range = head.equal_range(name);
+        for (auto it = range.first; it != range.second; ++it)
+            for (auto token : http::token_list{it->value()})
+                if (!beast::iequals(token, allowed))
+                    return false;
+        return true;
+    };
+    return all(http::field::content_encoding, "identity") &&
+           all(http::field::transfer_encoding, "chunked");
+}
+
 template <class Stream>
 net::awaitable<void> send_answer(Stream& stream, answer res) {
     beast::get_lowest_layer(stream).expires_after(client_idle_timeout);
@@ -426,20 +469,29 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     }
     // Credential brokering, after DLP so the real secret is never scanned: placeholders
     // in scope are replaced in what goes upstream, any other one in the head denies.
-    const auto& broker = *fc.gen->broker;
+    // The live generation's broker, not the flow's: a credential removed or rotated by a
+    // reload stops being injected on tunnels that were already open.
+    const auto live = fc.state->current.load();
+    const auto& broker = *live->broker;
     dlp::broker_result brokered;
     if (!broker.empty()) {
         brokered =
             broker.apply(fc.identity, policy, tgt.dest->host, tgt.dest->port, tgt.origin_form, fwd);
         rec.credentials = brokered.credentials;
-        if (brokered.outcome == dlp::broker_result::kind::out_of_scope) {
+        // A secret is only ever sent encrypted: a placeholder in a plain http:// request
+        // is out of scope whatever the credential's hosts and ports say.
+        if (brokered.outcome == dlp::broker_result::kind::out_of_scope ||
+            (brokered.outcome == dlp::broker_result::kind::inject && tgt.scheme != "https")) {
             bool ok = co_await deny(client, fc, 403, "credential_scope", rec, findings,
                                     client_keep_alive);
             co_return ok&& client_keep_alive ? exchange_end::keep_going : exchange_end::close;
         }
     }
+    const bool injected = brokered.outcome == dlp::broker_result::kind::inject;
+    // Every response is masked for every brokered secret, injected here or not: an API
+    // may store what it was sent and return it later, or on another exchange.
     dlp::secret_masker masker(
-        std::vector<std::string_view>(brokered.reflections.begin(), brokered.reflections.end()));
+        std::vector<std::string_view>(broker.reflections().begin(), broker.reflections().end()));
 
     http::request<http::string_body> out{req.method(), brokered.target.value_or(tgt.origin_form),
                                          11};
@@ -455,7 +507,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         }
         out.insert(fwd[i].name, fwd[i].value);
     }
-    if (masker.active()) // reflections are masked in the raw bytes: ask for them unencoded
+    if (injected) // reflections are masked in the raw bytes: ask for them unencoded
         out.set(http::field::accept_encoding, "identity");
     out.set(http::field::host, tgt.host_header);
     out.body() = std::move(req.body());
@@ -507,9 +559,13 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         }
         auto status = p.get().result_int();
         if (status >= 100 && status < 200 && status != 101) {
-            http::response<http::empty_body> interim{p.get().result(), 11};
+            http::response<http::empty_body> interim;
+            interim.version(11);
+            interim.result(status); // by number: 103 and other codes Beast has no name for
+            interim.reason(p.get().reason());
             for (const auto& f : p.get())
                 interim.insert(f.name_string(), f.value());
+            rec.masked_bytes += mask_head(interim, masker);
             co_await http::async_write(client, interim, as_tuple);
             continue;
         }
@@ -518,30 +574,15 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
 
     auto& rp = *parser;
     auto& res = rp.get();
-    if (masker.active()) {
-        // An injected secret echoed back (some APIs repeat headers in errors) never
-        // reaches the agent. Only identity-coded bodies can be checked.
-        auto coding = res[http::field::content_encoding];
-        if (!coding.empty() && !beast::iequals(coding, "identity")) {
-            up.stream.reset();
-            co_await deny(client, fc, 502, "upstream_encoding", rec, findings, false);
-            co_return exchange_end::close;
-        }
-        std::vector<std::pair<std::string, std::string>> fields;
-        std::size_t masked = 0;
-        for (const auto& f : res) {
-            std::string v(f.value());
-            masked += masker.mask(v);
-            fields.emplace_back(std::string(f.name_string()), std::move(v));
-        }
-        if (masked > 0) {
-            rec.masked_bytes += masked;
-            for (const auto& [name, value] : fields)
-                res.erase(name);
-            for (const auto& [name, value] : fields)
-                res.insert(name, value);
-        }
+    // An injected secret echoed back (some APIs repeat headers in errors) never reaches
+    // the agent. Only unencoded bodies can be checked, so after an injection any content
+    // or transfer coding other than identity/chunked is refused.
+    if (injected && !only_identity_coded(res)) {
+        up.stream.reset();
+        co_await deny(client, fc, 502, "upstream_encoding", rec, findings, false);
+        co_return exchange_end::close;
     }
+    rec.masked_bytes += mask_head(res, masker);
     const bool upstream_keep_alive = res.keep_alive() && !res.need_eof();
     bool client_close = !client_keep_alive || res.need_eof();
     res.keep_alive(!client_close);
@@ -559,7 +600,9 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 res.body().data = chunk.data();
                 res.body().size = chunk.size();
                 beast::get_lowest_layer(*up.stream).expires_after(upstream_io_timeout);
-                auto [ec, n] = co_await http::async_read(*up.stream, up.buffer, rp, as_tuple);
+                // read_some: relay what has arrived (server-sent events, streamed model
+                // output) instead of waiting for a full buffer.
+                auto [ec, n] = co_await http::async_read_some(*up.stream, up.buffer, rp, as_tuple);
                 if (ec == http::error::need_buffer)
                     ec = {};
                 if (ec) {
@@ -575,7 +618,16 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                     res.body().data = const_cast<char*>(emit.data());
                     res.body().size = emit.size();
                 }
+                // Nothing to send yet (a read that ended in a chunk header, or bytes the
+                // masker holds back): no buffer at all, since an empty buffer would be
+                // written as the last chunk.
+                if (res.body().size == 0 && res.body().more)
+                    res.body().data = nullptr;
                 rec.bytes_down += res.body().size;
+                // Trailer fields are merged into the head; before the head is written they
+                // would go out with it, so they are masked too.
+                if (!sr.is_header_done())
+                    rec.masked_bytes += mask_head(res, masker);
             } else {
                 // Done after the head (Content-Length: 0): the serializer must be told
                 // there is no more, or it waits for a buffer and writes nothing at all.

@@ -31,6 +31,7 @@ Run:  SLUICE_BIN=build/sluice python3 tests/e2e/test_credentials.py -v
 import atexit
 import base64
 import concurrent.futures
+import gzip
 import http.client
 import json
 import os
@@ -65,6 +66,7 @@ PH_ANTHROPIC = "sluice:anthropic"
 PH_MAPS = "sluice:maps"
 PH_DEFPORT = "sluice:defport"
 PH_SCOPED = "sluice:scoped"
+PH_CLEAR = "sluice:cleartext"  # in scope for the plain-HTTP origin, which must not matter
 ENV_SCOPED = "SLUICE_E2E_SCOPED_KEY"
 
 ALNUM = string.ascii_letters + string.digits
@@ -157,6 +159,7 @@ class echo_origin(tp.recording_origin):
             hdrs.append(("X-Echo-Key", query["key"][0]))
             hdrs.append(("X-Echo-Path", h.path))  # as sent: percent-encoded
         chunked = "/chunked/" in h.path
+        auth = h.headers.get("Authorization")
         with self.lock:
             self.records.append({
                 "method": h.command,
@@ -166,6 +169,11 @@ class echo_origin(tp.recording_origin):
                 "response_headers": hdrs,
                 "response": answer,
             })
+            if auth is not None:
+                self.last_auth = auth
+            last_auth = getattr(self, "last_auth", "")
+        if self.special(h, auth or "", last_auth):
+            return
         h.send_response(200)
         for k, v in hdrs:
             h.send_header(k, v)
@@ -182,6 +190,47 @@ class echo_origin(tp.recording_origin):
             h.end_headers()
             h.wfile.write(answer)
 
+    def special(self, h, auth, last_auth):
+        """Answers that reflect the Authorization header in the less obvious places:
+        /trailer/ a chunked trailer, /early/ a 103 interim answer, /reason/ the reason
+        phrase, /last/ the Authorization of an earlier request (a stored secret),
+        /two-ce/ a gzip body behind "Content-Encoding: identity" + "Content-Encoding: gzip".
+        Returns True when it answered."""
+        if "/trailer/" in h.path:
+            h.send_response(200)
+            h.send_header("Transfer-Encoding", "chunked")
+            h.send_header("Trailer", "X-Trailer-Auth")
+            h.end_headers()
+            h.wfile.write(b"5\r\nhello\r\n0\r\nX-Trailer-Auth: %s\r\n\r\n" % auth.encode())
+        elif "/early/" in h.path:
+            h.wfile.write(b"HTTP/1.1 103 Early Hints\r\nX-Early-Auth: %s\r\n\r\n" % auth.encode())
+            h.send_response(200)
+            h.send_header("Content-Length", "2")
+            h.end_headers()
+            h.wfile.write(b"ok")
+        elif "/reason/" in h.path:
+            h.send_response(401, "Invalid " + auth)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+        elif "/last/" in h.path:
+            doc = json.dumps({"stored": last_auth}).encode()
+            h.send_response(200)
+            h.send_header("X-Stored-Auth", last_auth)
+            h.send_header("Content-Length", str(len(doc)))
+            h.end_headers()
+            h.wfile.write(doc)
+        elif "/two-ce/" in h.path:
+            doc = gzip.compress(json.dumps({"auth": auth}).encode())
+            h.send_response(200)
+            h.send_header("Content-Encoding", "identity")
+            h.send_header("Content-Encoding", "gzip")
+            h.send_header("Content-Length", str(len(doc)))
+            h.end_headers()
+            h.wfile.write(doc)
+        else:
+            return False
+        return True
+
     def saw(self, needle):
         return self.saw_bytes(needle)
 
@@ -194,7 +243,7 @@ def header_values(record, name):
 
 def credentials_yaml(openai_source=None, anthropic_source=None,
                      openai_header='{name: Authorization, value: "Bearer {secret}"}',
-                     maps_extra=""):
+                     maps_extra="", extra=""):
     a = st.origin.port
     openai_source = openai_source or "{env: %s}" % ENV_OPENAI
     anthropic_source = anthropic_source or "{file: %s}" % st.anthropic_file
@@ -234,7 +283,13 @@ credentials:
     ports: [{a}]
     path_prefix: /v1/
     header: {{name: X-Scoped-Key}}
-"""
+  - name: cleartext
+    placeholder: "{PH_CLEAR}"
+    source: {{env: {ENV_SCOPED}}}
+    hosts: ["127.0.0.1"]
+    ports: [{st.plain.port}]
+    header: {{name: X-Clear-Key}}
+{extra}"""
 
 
 def config_text(**cred_kw):
@@ -557,7 +612,22 @@ class t1_config_test(base):
         missing = os.path.join(d, "missing.key")
         write_atomic(empty, b"")
         write_atomic(crlf_only, b"\r\n\n")
+        two_lines = os.path.join(d, "two-lines.key")
+        write_atomic(two_lines, b"first-line-secret\nX-Injected: yes\n")
         cases = [
+            ("secret with an inner line break", dict(anthropic_source="{file: %s}" % two_lines),
+             "control characters"),
+            ("framing header", dict(openai_header='{name: Content-Length, value: "{secret}"}'),
+             "framing or hop-by-hop"),
+            ("header name that is not a token", dict(openai_header='{name: "X Bad", value: x}'),
+             "is not a field name"),
+            ("every host", dict(extra="  - name: anyhost\n    placeholder: sluice:anyhost\n"
+                                      "    source: {env: %s}\n    hosts: [\"*\"]\n"
+                                      "    header: {name: X-Any}\n" % ENV_SCOPED), "not '*'"),
+            ("placeholder inside another", dict(
+                extra="  - name: short\n    placeholder: sluice:open\n"
+                      "    source: {env: %s}\n    hosts: [localhost]\n"
+                      "    header: {name: X-Short}\n" % ENV_SCOPED), "is part of placeholder"),
             ("env var unset", dict(openai_source="{env: %s}" % unset), unset),
             ("empty file", dict(anthropic_source="{file: %s}" % empty), empty),
             ("file of only CR/LF", dict(anthropic_source="{file: %s}" % crlf_only), crlf_only),
@@ -778,6 +848,12 @@ class t3_scope_test(base):
              [("X-Def-Key", PH_DEFPORT)], ["defport"]),
             ("outside the credential's path_prefix", "localhost", a_port, SRC_AGENT,
              "/v2/{m}", [("X-Scoped-Key", PH_SCOPED)], ["scoped"]),
+            ("dot-segment out of the path_prefix", "localhost", a_port, SRC_AGENT,
+             "/v1/../admin/{m}", [("X-Scoped-Key", PH_SCOPED)], ["scoped"]),
+            ("encoded dot-segment out of the path_prefix", "localhost", a_port, SRC_AGENT,
+             "/v1/%2e%2e/admin/{m}", [("X-Scoped-Key", PH_SCOPED)], ["scoped"]),
+            ("encoded slash in the path_prefix", "localhost", a_port, SRC_AGENT,
+             "/v1/..%2fadmin/{m}", [("X-Scoped-Key", PH_SCOPED)], ["scoped"]),
             ("a valid injection plus a stray placeholder", "localhost", a_port, SRC_AGENT,
              "/h/{m}", [ok_auth, ("X-Debug", PH_ANTHROPIC)], ["anthropic"]),
         ]
@@ -806,6 +882,14 @@ class t3_scope_test(base):
         m = marker()
         a = plain_request("GET", "/plain/" + m, [("Authorization", "Bearer " + PH_OPENAI)])
         self.assert_scope_denied(a, m, ["openai"])
+
+    def test_secret_is_never_sent_in_cleartext_even_when_host_and_port_match(self):
+        # `cleartext` lists the plain-HTTP origin's host and port: still never injected
+        # into an unencrypted request.
+        m = marker()
+        a = plain_request("GET", "/plain/" + m, [("X-Clear-Key", PH_CLEAR)])
+        self.assert_scope_denied(a, m, ["cleartext"])
+        self.assertFalse(st.plain.saw(st.scoped))
 
 
 # ---------------------------------------------------------------- bodies
@@ -921,6 +1005,46 @@ class t6_reflection_test(base):
         self.assert_masked_echo(a, rec, st.maps)
 
 
+class t6b_response_head_test(base):
+    """Reflections outside the plain head and body (a fresh-user break test found each)."""
+
+    def test_trailer_interim_reason_and_stored_reflections_are_masked(self):
+        hdr = ("Authorization", "Bearer " + PH_OPENAI)
+        want = "Bearer " + stars(st.openai)
+        m = marker()
+        code, blocks, bodies, _, err = tp.curl(
+            [url_a("/v1/trailer/" + m), url_a("/v1/early/" + m), url_a("/v1/reason/" + m)],
+            "-H", "%s: %s" % hdr)
+        self.assertEqual(code, 0, err)
+        dump = json.dumps(blocks) + repr(bodies)
+        self.assertNotIn(st.openai, dump)
+        # blocks: CONNECT, trailer answer, 103, 200, 401 (curl -D shows interim answers)
+        statuses = [b[0] for b in blocks]
+        self.assertIn(103, statuses, blocks)
+        early = blocks[statuses.index(103)][1]
+        self.assertEqual(early.get("x-early-auth"), want, blocks)
+        self.assertEqual(bodies[0], b"hello")
+        self.assertIn(401, statuses, blocks)
+        for o in (st.origin,):
+            self.assertEqual(len(o.requests_for(m)), 3)
+        # A secret the API stored on an earlier exchange comes back on a later one that
+        # injected nothing.
+        m2 = marker()
+        a = py_request("localhost", st.origin.port, "GET", "/v1/chat/" + m2, [hdr])
+        self.assertEqual(a.status, 200, a)
+        b = py_request("localhost", st.origin.port, "GET", "/v1/last/" + m2)
+        self.assertEqual(b.status, 200, b)
+        self.assertEqual(b.headers.get("x-stored-auth"), want, b)
+        self.assertEqual(json.loads(b.body)["stored"], want)
+
+    def test_encoded_response_after_an_injection_is_refused(self):
+        m = marker()
+        a = py_request("localhost", st.origin.port, "GET", "/v1/two-ce/" + m,
+                       [("Authorization", "Bearer " + PH_OPENAI)])
+        self.assert_sluice_answer(a, 502, "upstream_encoding")
+        self.assertNotIn(st.openai.encode(), a.body)
+
+
 # ---------------------------------------------------------------- reload
 
 class t7_reload_test(base):
@@ -1015,7 +1139,7 @@ class t9_never_test(base):
                         if form in line:
                             leaks.append("%s: %s" % (where, line[:600]))
         self.assertEqual(leaks, [], "a secret is in sluice's output or audit")
-        names = {"openai", "anthropic", "maps", "defport", "scoped"}
+        names = {"openai", "anthropic", "maps", "defport", "scoped", "cleartext"}
         with_creds = [r for r in records if r.get("credentials")]
         self.assertTrue(with_creds)
         for r in with_creds:

@@ -76,6 +76,9 @@ public:
 
     bool empty() const noexcept { return credentials_.empty(); }
     const std::vector<brokered_credential>& credentials() const noexcept { return credentials_; }
+    /// reflection_forms() of every secret: what the proxy masks in every response, so a
+    /// secret an API stored and returns later is hidden too.
+    const std::vector<std::string>& reflections() const noexcept { return reflections_; }
 
     /// Looks for every placeholder in `target` (origin-form "/path?query"; percent-decoded
     /// before matching) and in the header values. A placeholder is injected when all hold:
@@ -83,7 +86,8 @@ public:
     /// of its query parameter (decoded name compared exactly); `identity` is in the
     /// credential's identities (or that list is empty); `p.credentials` is unset or names
     /// it; the normalised `host` matches one of its host patterns; `port` is one of its
-    /// ports; the target starts with its path_prefix (byte for byte, as policy rules). Any
+    /// ports; the target starts with its path_prefix (byte for byte) and, when a prefix is set,
+    /// has no dot-segment or encoded '/' or '\\' that an origin would resolve. Any
     /// other occurrence makes the whole request out_of_scope (nothing is
     /// injected). A header value is replaced by the rendered template; a query value by the
     /// secret, percent-encoded (RFC 3986 section 2.1, unreserved characters kept), other
@@ -98,7 +102,13 @@ private:
                   std::string_view host, std::uint16_t port, std::string_view target) const;
 
     std::vector<brokered_credential> credentials_;
+    std::vector<std::string> reflections_;
 };
+
+/// The forms in which an origin may echo a secret it was sent: as is, percent-encoded
+/// (RFC 3986 section 2.1, upper- and lower-case hex), and with '/' escaped as in JSON.
+/// Other transformations (base64, hex, case changes) are not covered.
+std::vector<std::string> reflection_forms(std::string_view secret);
 
 /// Hides reflected secrets in a response: every occurrence of any of the secrets becomes
 /// '*' repeated to the same length, so Content-Length and chunk sizes stay right. Works
