@@ -126,6 +126,7 @@ class recording_origin:
         self.name = name
         self.records = []
         self.lock = threading.Lock()
+        self.release = threading.Event()  # /stream/: the second event waits for it
         origin = self
 
         class handler(http.server.BaseHTTPRequestHandler):
@@ -199,6 +200,20 @@ class recording_origin:
                 "client_port": h.client_address[1],
                 "response": answer,
             })
+        if "/stream/" in h.path:
+            # Server-sent events: the second event is only sent once the test has seen
+            # the first through sluice, so a proxy that buffers the body never delivers.
+            h.send_response(200)
+            h.send_header("Content-Type", "text/event-stream")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            for i, event in enumerate((b"data: first\n\n", b"data: second\n\n")):
+                if i == 1:
+                    self.release.wait(15)
+                h.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                h.wfile.flush()
+            h.wfile.write(b"0\r\n\r\n")
+            return
         if "/empty/" in h.path:
             answer = b""  # an empty 200 with Content-Length: 0 on a kept-alive connection
         h.send_response(200)
@@ -683,6 +698,32 @@ class proxy_test(unittest.TestCase):
         self.assertEqual(len(seen), 1)
         self.assertEqual(seen[0]["body"], payload)
         self.assertEqual(r.stdout, seen[0]["response"])
+
+    def test_server_sent_events_are_relayed_as_they_arrive(self):
+        m = marker()
+        S.origin.release.clear()
+        sock = socket.create_connection(("127.0.0.1", S.proxy_port), timeout=CLIENT_TIMEOUT_S)
+        try:
+            authority = "localhost:%d" % S.origin.port
+            sock.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
+                         .encode())
+            resp = http.client.HTTPResponse(sock, method="CONNECT")
+            resp.begin()
+            self.assertEqual(resp.status, 200)
+            tls = ssl.create_default_context(cafile=S.sluice_ca).wrap_socket(
+                sock, server_hostname="localhost")
+            tls.sendall(("GET /stream/%s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream"
+                         "\r\n\r\n" % (m, authority)).encode())
+            r = http.client.HTTPResponse(tls, method="GET")
+            r.begin()
+            self.assertEqual(r.status, 200)
+            tls.settimeout(10.0)  # the origin holds the rest for 15 s: buffering fails here
+            self.assertEqual(r.readline(), b"data: first\n")  # before the origin sends more
+            S.origin.release.set()
+            self.assertEqual(r.read(), b"\ndata: second\n\n")
+        finally:
+            S.origin.release.set()
+            sock.close()
 
     def test_python_urllib_token_is_denied(self):
         m = marker()
