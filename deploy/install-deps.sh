@@ -14,6 +14,7 @@ packages=(
   libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   curl python3 nodejs
+  node-undici node-ws node-https-proxy-agent  # the Node client recipes in deploy/README.md
 )
 
 missing=()
