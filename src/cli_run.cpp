@@ -28,6 +28,7 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <pthread.h>
 #include <string>
 #include <thread>
 
@@ -210,6 +211,16 @@ int cmd_run(int argc, char** argv) {
         return 2;
     // A file size limit must fail the audit write (EFBIG -> 503), not kill the process.
     std::signal(SIGXFSZ, SIG_IGN);
+    // SIGHUP/SIGTERM/SIGINT stay pending until the handlers below are installed: a reload
+    // sent while the rules compile (systemctl reload right after start) must not kill
+    // the process with the default action. Threads started meanwhile inherit the block,
+    // so the signals are delivered later to the control thread only.
+    sigset_t control_signals;
+    sigemptyset(&control_signals);
+    sigaddset(&control_signals, SIGHUP);
+    sigaddset(&control_signals, SIGTERM);
+    sigaddset(&control_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &control_signals, nullptr);
     auto loaded = load(*args);
     if (!loaded) {
         print_diagnostics(loaded.error());
@@ -328,6 +339,9 @@ int cmd_run(int argc, char** argv) {
         server.stop();
     };
     signals.async_wait(on_signal);
+    // Handlers are in place: deliver what arrived during start-up, and accept new ones
+    // (the control thread below inherits this thread's mask).
+    pthread_sigmask(SIG_UNBLOCK, &control_signals, nullptr);
     boost::asio::steady_timer watch_timer(signal_ctx);
     std::function<void(const boost::system::error_code&)> on_watch;
     on_watch = [&](const boost::system::error_code& wec) {

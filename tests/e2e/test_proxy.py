@@ -908,7 +908,9 @@ class run_test(unittest.TestCase):
                            ("NODE_EXTRA_CA_CERTS", S.sluice_ca), ("GIT_SSL_CAINFO", S.sluice_ca)):
             self.assertIn("%s=%s" % (var, value), out)
 
-    def test_sigterm_exits_zero(self):
+    def own_run_config(self):
+        """A copy of the suite's config with its own ports, data dir and audit file, for
+        a second `sluice run`. Returns (folder, config path, proxy port)."""
         d = tempfile.mkdtemp(dir=S.tmp)
         config = os.path.join(d, "sluice.yaml")
         with open(os.path.join(S.tmp, "sluice.yaml")) as f:
@@ -922,6 +924,10 @@ class run_test(unittest.TestCase):
             text = text.replace('"127.0.0.1:%d"' % old_port, '"127.0.0.1:%d"' % free_port())
         with open(config, "w") as f:
             f.write(text)
+        return d, config, port
+
+    def test_sigterm_exits_zero(self):
+        d, config, port = self.own_run_config()
         with open(os.path.join(d, "stderr"), "wb") as err:
             proc = subprocess.Popen([sluice_binary(), "run", "--config", config],
                                     stdout=subprocess.DEVNULL, stderr=err,
@@ -930,6 +936,35 @@ class run_test(unittest.TestCase):
                 self.assertTrue(wait_for_port(port, proc, START_TIMEOUT_S), "did not start")
                 self.assertTrue(os.path.isfile(os.path.join(d, "data", "ca.pem")),
                                 "a CA is created on first start")
+                proc.send_signal(signal.SIGTERM)
+                self.assertEqual(proc.wait(timeout=15), 0)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
+
+    def test_sighup_during_start_up_reloads_instead_of_killing(self):
+        # `systemctl enable --now sluice && systemctl reload sluice` sends SIGHUP while the
+        # rules still compile: the reload must wait for the handlers, not kill sluice.
+        d, config, port = self.own_run_config()
+        with open(os.path.join(d, "stderr"), "wb") as err:
+            proc = subprocess.Popen([sluice_binary(), "run", "--config", config],
+                                    stdout=subprocess.DEVNULL, stderr=err,
+                                    stdin=subprocess.DEVNULL, env=client_env())
+            try:
+                time.sleep(0.2)
+                self.assertIsNone(proc.poll())
+                proc.send_signal(signal.SIGHUP)
+                self.assertTrue(wait_for_port(port, proc, START_TIMEOUT_S),
+                                "did not start (exit %s)" % proc.poll())
+                deadline = time.monotonic() + START_TIMEOUT_S
+                log = ""
+                while time.monotonic() < deadline and "configuration reloaded (SIGHUP)" not in log:
+                    time.sleep(0.2)
+                    with open(os.path.join(d, "stderr"), errors="replace") as f:
+                        log = f.read()
+                self.assertIn("configuration reloaded (SIGHUP)", log)
+                self.assertIsNone(proc.poll(), "sluice exited")
                 proc.send_signal(signal.SIGTERM)
                 self.assertEqual(proc.wait(timeout=15), 0)
             finally:
