@@ -503,7 +503,8 @@ TEST(k8s_gateway, replicas_service_pdb_hpa_servicemonitor_and_networkpolicy_fit_
     const auto objs = overlay("gateway");
     const object* dep = find(objs, "Deployment", "sluice");
     ASSERT_NE(dep, nullptr);
-    EXPECT_GE(dep->node["spec"]["replicas"].as<int>(0), 2);
+    // The HPA owns the replica count: a `replicas` here would reset it on every apply.
+    EXPECT_FALSE(dep->node["spec"]["replicas"]) << "replicas belongs to the HPA";
     const YAML::Node labels = dep->node["spec"]["template"]["metadata"]["labels"];
     auto selects_sluice = [&](const YAML::Node& match) {
         if (!match || match.size() == 0)
@@ -537,17 +538,26 @@ TEST(k8s_gateway, replicas_service_pdb_hpa_servicemonitor_and_networkpolicy_fit_
     const object* pdb = find(objs, "PodDisruptionBudget", "sluice");
     ASSERT_NE(pdb, nullptr);
     EXPECT_TRUE(selects_sluice(pdb->node["spec"]["selector"]["matchLabels"]));
-    EXPECT_LT(pdb->node["spec"]["minAvailable"].as<int>(99),
-              dep->node["spec"]["replicas"].as<int>());
 
     const object* hpa = find(objs, "HorizontalPodAutoscaler", "sluice");
     ASSERT_NE(hpa, nullptr);
+    EXPECT_LT(pdb->node["spec"]["minAvailable"].as<int>(99),
+              hpa->node["spec"]["minReplicas"].as<int>(0));
     EXPECT_EQ(hpa->node["apiVersion"].as<std::string>(), "autoscaling/v2");
     EXPECT_EQ(hpa->node["spec"]["scaleTargetRef"]["kind"].as<std::string>(""), "Deployment");
     EXPECT_EQ(hpa->node["spec"]["scaleTargetRef"]["name"].as<std::string>(""), "sluice");
     EXPECT_GE(hpa->node["spec"]["minReplicas"].as<int>(0), 2);
     EXPECT_GT(hpa->node["spec"]["maxReplicas"].as<int>(0),
               hpa->node["spec"]["minReplicas"].as<int>(0));
+
+    // Endpoints drain before sluice closes its listeners: a preStop sleep, and a grace
+    // period that leaves time for SIGTERM's drain after it.
+    const YAML::Node pre = sluice["lifecycle"]["preStop"]["exec"]["command"];
+    ASSERT_TRUE(pre && pre.size() == 2) << "preStop: sleep N";
+    EXPECT_EQ(pre[0].as<std::string>(), "sleep");
+    const int sleep_s = pre[1].as<int>(0);
+    EXPECT_GE(sleep_s, 5);
+    EXPECT_GE(pod_spec(*dep)["terminationGracePeriodSeconds"].as<int>(0), sleep_s + 30);
 
     const object* sm = find(objs, "ServiceMonitor", "sluice");
     ASSERT_NE(sm, nullptr);
@@ -606,6 +616,62 @@ TEST(k8s_gateway, replicas_service_pdb_hpa_servicemonitor_and_networkpolicy_fit_
             << (*it)[1].str() << " is not in the pod's env";
     expect_data_dir_prepared(pod_spec(*dep), sluice, *loaded);
     EXPECT_EQ(loaded->audit_path.parent_path().string(), mount_path(sluice, "sluice-audit"));
+}
+
+// Agents in other namespaces: NetworkPolicies are namespace-scoped, so the gateway ships
+// an egress policy to apply in each agent namespace, reaching the gateway's pods across
+// namespaces (namespaceSelector on the gateway overlay's namespace).
+TEST(k8s_agent_namespace, egress_policy_reaches_only_dns_and_the_gateway_namespace) {
+    const auto objs = objects_under(k8s_dir / "agent-namespace");
+    const object* np = find(objs, "NetworkPolicy", "agents-egress-only-via-sluice");
+    ASSERT_NE(np, nullptr);
+    const YAML::Node k =
+        YAML::LoadFile((k8s_dir / "agent-namespace" / "kustomization.yaml").string());
+    EXPECT_FALSE(k["namespace"]) << "applied with -n AGENT_NS, in each agent namespace";
+    const std::string gateway_ns =
+        YAML::LoadFile((k8s_dir / "overlays" / "gateway" / "kustomization.yaml").string())
+            ["namespace"].as<std::string>("");
+    ASSERT_FALSE(gateway_ns.empty());
+    const YAML::Node spec = np->node["spec"];
+    ASSERT_EQ(spec["policyTypes"].size(), 1u);
+    EXPECT_EQ(spec["policyTypes"][0].as<std::string>(), "Egress");
+    EXPECT_EQ(spec["podSelector"]["matchLabels"]["sluice.dev/egress"].as<std::string>(""),
+              "gateway");
+    bool dns = false, gateway = false;
+    for (const auto& rule : spec["egress"]) {
+        ASSERT_TRUE(rule["to"] && rule["ports"]) << "a rule without `to` or `ports` opens everything";
+        for (const auto& to : rule["to"])
+            EXPECT_FALSE(to["ipBlock"]);
+        for (const auto& p : rule["ports"]) {
+            const int port = p["port"].as<int>();
+            if (port == 53) {
+                dns = true;
+            } else if (port == 3128) {
+                const YAML::Node to = rule["to"][0];
+                EXPECT_EQ(to["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                              .as<std::string>(""),
+                          gateway_ns);
+                EXPECT_EQ(to["podSelector"]["matchLabels"]["app.kubernetes.io/name"]
+                              .as<std::string>(""),
+                          "sluice");
+                gateway = true;
+            } else {
+                ADD_FAILURE() << "agents may reach port " << port;
+            }
+        }
+    }
+    EXPECT_TRUE(dns);
+    EXPECT_TRUE(gateway);
+}
+
+// deploy/examples/sidecar.yaml is the sidecar ConfigMap's configuration (data dir on a
+// subdirectory of the volume, CA and admin token copied there by sluice-files).
+TEST(deploy_configs, sidecar_example_is_the_sidecar_configmap) {
+    const auto configs = configmap_configs(overlay("sidecar"));
+    ASSERT_EQ(configs.size(), 1u);
+    const YAML::Node example = YAML::LoadFile((deploy_dir / "examples" / "sidecar.yaml").string());
+    const YAML::Node configmap = YAML::Load(configs[0].second);
+    EXPECT_EQ(YAML::Dump(example), YAML::Dump(configmap));
 }
 
 TEST(k8s_overlays, build_with_kubectl_kustomize) {
@@ -873,6 +939,7 @@ TEST(systemd_unit, hardening_state_dirs_and_reload) {
     EXPECT_EQ(one("StateDirectory"), "sluice");
     EXPECT_EQ(one("LogsDirectory"), "sluice");
     EXPECT_EQ(one("ExecReload"), "/bin/kill -HUP $MAINPID");
+    EXPECT_EQ(one("Restart"), "always") << "any unexpected exit (a signal included) restarts it";
     EXPECT_NE(one("ExecStart").find(" run --config /etc/sluice/sluice.yaml"), std::string::npos);
 
     // The config the unit runs is deploy/examples/systemd.yaml; its writable paths are the

@@ -764,6 +764,35 @@ class gateway_test(unittest.TestCase):
         for token in self.tokens.values():
             self.assertNotIn(token, err, "a proxy token is in sluice's log")
 
+    def test_node_undici_recipe_sends_the_proxy_token(self):
+        """The guide's undici recipe with a gateway URL (NAME:TOKEN@): older undici (5.x)
+        sends no Proxy-Authorization from the URL, so the recipe passes it as `token`."""
+        with_debian_node_path()
+        if not node_has("undici"):
+            self.skipTest("node or the undici package is missing (npm install undici, or "
+                          "Debian's node-undici)")
+
+        def run(user, token, m):
+            proxy = "http://%s:%s@127.0.0.1:%d" % (user, token, self.port)
+            env = dict(st.env, HTTPS_PROXY=proxy, https_proxy=proxy, NODE_EXTRA_CA_CERTS=self.ca,
+                       URL=url("/v1/gateway-undici/" + m), BODY="{}")
+            return subprocess.run([shutil.which("node") or "node", "-e",
+                                   st.recipes["node-undici"][1]],
+                                  capture_output=True, text=True, env=env,
+                                  timeout=CLIENT_TIMEOUT_S)
+
+        m = marker()
+        r = run("patcher", self.tokens["patcher"], m)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("200 "), r.stdout)
+        self.assertEqual(len(st.origin.requests_for(m)), 1)
+        _, _, hits = wait_for_audit_in(self.audit, lambda x: m in str(x.get("url", "")))
+        self.assertEqual(hits[0]["identity"], "patcher")
+        m = marker()
+        r = run("patcher", "wrong", m)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(st.origin.requests_for(m), [])
+
 
 # ---------------------------------------------------------------- the pod, as its users
 
