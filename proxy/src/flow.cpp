@@ -605,6 +605,15 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 auto [ec, n] = co_await http::async_read_some(*up.stream, up.buffer, rp, as_tuple);
                 if (ec == http::error::need_buffer)
                     ec = {};
+                // A body that ends with the connection (no length, no chunking): many
+                // origins close without TLS close_notify, which is its end, as for curl
+                // and browsers (RFC 9112 section 6.3 item 8).
+                if (ec == net::ssl::error::stream_truncated && res.need_eof()) {
+                    beast::error_code eof_ec;
+                    rp.put_eof(eof_ec);
+                    if (!eof_ec)
+                        ec = {};
+                }
                 if (ec) {
                     relay_ok = false;
                     break;

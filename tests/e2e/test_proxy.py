@@ -214,6 +214,16 @@ class recording_origin:
                 h.wfile.flush()
             h.wfile.write(b"0\r\n\r\n")
             return
+        if "/close-delimited/" in h.path:
+            # HTTP/1.0 style: no length, the body ends when the connection closes (and the
+            # TLS server here closes without close_notify, as many origins do).
+            h.send_response(200)
+            h.send_header("Content-Type", "text/plain")
+            h.send_header("Connection", "close")
+            h.end_headers()
+            h.wfile.write(answer)
+            h.close_connection = True
+            return
         if "/empty/" in h.path:
             answer = b""  # an empty 200 with Content-Length: 0 on a kept-alive connection
         h.send_response(200)
@@ -632,6 +642,14 @@ class proxy_test(unittest.TestCase):
         self.assertEqual([line.split()[0] for line in out.splitlines()], ["200"] * 3, out)
         self.assertEqual([b or b"" for b in bodies], [b"", b"", b""])
         self.assertEqual(len(S.origin.requests_for(m)), 2)
+
+    def test_close_delimited_body_without_close_notify_is_relayed(self):
+        m = marker()
+        code, _, bodies, out, err = curl([self.origin_url("/close-delimited/%s" % m)])
+        self.assertEqual(code, 0, err)
+        seen = S.origin.requests_for(m)
+        self.assertEqual(len(seen), 1)
+        self.assertEqual(bodies[0], seen[0]["response"])
 
     def test_declared_body_over_max_body_is_413_before_the_body_is_sent(self):
         # 20 MiB declared against the default dlp.max_body of 16 MiB: refused on the head
