@@ -595,7 +595,13 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         auto [ec, n] = co_await http::async_write_header(client, sr, as_tuple);
         relay_ok = !ec;
     } else {
-        do {
+        // The head goes out first, as it is now (masked): the serializer keeps views into
+        // these fields, and trailer fields the parser merges in later must never reach the
+        // client as head fields.
+        beast::get_lowest_layer(client).expires_after(upstream_io_timeout);
+        auto [hec, hn] = co_await http::async_write_header(client, sr, as_tuple);
+        relay_ok = !hec;
+        while (relay_ok && !sr.is_done()) {
             if (!rp.is_done()) {
                 res.body().data = chunk.data();
                 res.body().size = chunk.size();
@@ -633,10 +639,6 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 if (res.body().size == 0 && res.body().more)
                     res.body().data = nullptr;
                 rec.bytes_down += res.body().size;
-                // Trailer fields are merged into the head; before the head is written they
-                // would go out with it, so they are masked too.
-                if (!sr.is_header_done())
-                    rec.masked_bytes += mask_head(res, masker);
             } else {
                 // Done after the head (Content-Length: 0): the serializer must be told
                 // there is no more, or it waits for a buffer and writes nothing at all.
@@ -652,7 +654,9 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 relay_ok = false;
                 break;
             }
-        } while (!rp.is_done() && !sr.is_done());
+            if (rp.is_done() && !res.body().more)
+                break;
+        }
     }
     if (!relay_ok || !upstream_keep_alive)
         up.stream.reset();

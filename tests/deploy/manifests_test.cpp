@@ -629,8 +629,9 @@ TEST(k8s_agent_namespace, egress_policy_reaches_only_dns_and_the_gateway_namespa
         YAML::LoadFile((k8s_dir / "agent-namespace" / "kustomization.yaml").string());
     EXPECT_FALSE(k["namespace"]) << "applied with -n AGENT_NS, in each agent namespace";
     const std::string gateway_ns =
-        YAML::LoadFile((k8s_dir / "overlays" / "gateway" / "kustomization.yaml").string())
-            ["namespace"].as<std::string>("");
+        YAML::LoadFile(
+            (k8s_dir / "overlays" / "gateway" / "kustomization.yaml").string())["namespace"]
+            .as<std::string>("");
     ASSERT_FALSE(gateway_ns.empty());
     const YAML::Node spec = np->node["spec"];
     ASSERT_EQ(spec["policyTypes"].size(), 1u);
@@ -639,7 +640,8 @@ TEST(k8s_agent_namespace, egress_policy_reaches_only_dns_and_the_gateway_namespa
               "gateway");
     bool dns = false, gateway = false;
     for (const auto& rule : spec["egress"]) {
-        ASSERT_TRUE(rule["to"] && rule["ports"]) << "a rule without `to` or `ports` opens everything";
+        ASSERT_TRUE(rule["to"] && rule["ports"])
+            << "a rule without `to` or `ports` opens everything";
         for (const auto& to : rule["to"])
             EXPECT_FALSE(to["ipBlock"]);
         for (const auto& p : rule["ports"]) {
@@ -651,9 +653,9 @@ TEST(k8s_agent_namespace, egress_policy_reaches_only_dns_and_the_gateway_namespa
                 EXPECT_EQ(to["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
                               .as<std::string>(""),
                           gateway_ns);
-                EXPECT_EQ(to["podSelector"]["matchLabels"]["app.kubernetes.io/name"]
-                              .as<std::string>(""),
-                          "sluice");
+                EXPECT_EQ(
+                    to["podSelector"]["matchLabels"]["app.kubernetes.io/name"].as<std::string>(""),
+                    "sluice");
                 gateway = true;
             } else {
                 ADD_FAILURE() << "agents may reach port " << port;
@@ -857,6 +859,11 @@ TEST(dockerfile, runtime_packages_cover_every_library_the_binary_links) {
         GTEST_SKIP() << "the sluice binary is not built at " << sluice_bin;
     if (!have_tool("ldd") || !have_tool("dpkg"))
         GTEST_SKIP() << "ldd or dpkg is missing; the runtime package list is not checked";
+#ifdef SLUICE_BINARY_UNLIKE_IMAGE
+    // The image builds an optimised, unsanitized binary; a Debug or sanitizer build links
+    // other libraries (sanitizer runtimes, Boost.Container), so it says nothing about it.
+    GTEST_SKIP() << "this build (Debug or sanitizers) does not link like the image's";
+#endif
     std::set<std::string> installed;
     for (const auto& i : runtime_stage(dockerfile())) {
         if (i.keyword != "RUN" || i.args.find("apt-get install") == std::string::npos)
