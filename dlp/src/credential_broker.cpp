@@ -168,55 +168,58 @@ broker_result credential_broker::apply(std::string_view identity, const policy& 
             return s.find(c.placeholder) != std::string_view::npos;
         });
     };
-    auto parsed = boost::urls::parse_origin_form(target);
-    if (!parsed) {
-        for (const auto& c : credentials_) {
-            if (target.find(c.placeholder) != std::string_view::npos) {
-                note(bad, c.name);
-            }
-        }
-    } else {
-        std::string path = parsed->path();
-        std::string query = parsed->has_query() ? std::string(parsed->query()) : std::string();
-        bool raw_hit = contains_any(target) || contains_any(path) || contains_any(query);
-        if (raw_hit) {
+    // Most targets hold no placeholder, plain or percent-encoded: no URL parse for them.
+    if (target.find('%') != std::string_view::npos || contains_any(target)) {
+        auto parsed = boost::urls::parse_origin_form(target);
+        if (!parsed) {
             for (const auto& c : credentials_) {
-                if (path.find(c.placeholder) != std::string::npos) {
+                if (target.find(c.placeholder) != std::string_view::npos) {
                     note(bad, c.name);
                 }
             }
-            boost::urls::url u(*parsed);
-            auto params = u.encoded_params();
-            bool changed = false;
-            for (auto it = params.begin(); it != params.end(); ++it) {
-                auto pv = *it;
-                std::string key = pv.key.decode();
-                std::string value = pv.has_value ? pv.value.decode() : std::string();
-                for (std::size_t ci = 0; ci < credentials_.size(); ++ci) {
-                    const auto& c = credentials_[ci];
-                    bool in_key = key.find(c.placeholder) != std::string::npos;
-                    bool in_value = value.find(c.placeholder) != std::string::npos;
-                    if (!in_key && !in_value) {
-                        continue;
+        } else {
+            std::string path = parsed->path();
+            std::string query = parsed->has_query() ? std::string(parsed->query()) : std::string();
+            bool raw_hit = contains_any(target) || contains_any(path) || contains_any(query);
+            if (raw_hit) {
+                for (const auto& c : credentials_) {
+                    if (path.find(c.placeholder) != std::string::npos) {
+                        note(bad, c.name);
                     }
-                    if (!in_key && !c.query_name.empty() && key == c.query_name &&
-                        in_scope(c, identity, p, host, port, target)) {
-                        // Copies: the views point into the URL being modified.
-                        std::string key_enc(pv.key);
-                        std::string enc =
-                            boost::urls::encode(c.secret, boost::urls::unreserved_chars);
-                        it = params.replace(
-                            it, boost::urls::param_pct_view(boost::urls::pct_string_view(key_enc),
-                                                            boost::urls::pct_string_view(enc)));
-                        changed = true;
-                        injected(ci, enc);
-                        break; // the value is now the secret; no other placeholder left in it
-                    }
-                    note(bad, c.name);
                 }
-            }
-            if (changed) {
-                r.target = std::string(u.encoded_target());
+                boost::urls::url u(*parsed);
+                auto params = u.encoded_params();
+                bool changed = false;
+                for (auto it = params.begin(); it != params.end(); ++it) {
+                    auto pv = *it;
+                    std::string key = pv.key.decode();
+                    std::string value = pv.has_value ? pv.value.decode() : std::string();
+                    for (std::size_t ci = 0; ci < credentials_.size(); ++ci) {
+                        const auto& c = credentials_[ci];
+                        bool in_key = key.find(c.placeholder) != std::string::npos;
+                        bool in_value = value.find(c.placeholder) != std::string::npos;
+                        if (!in_key && !in_value) {
+                            continue;
+                        }
+                        if (!in_key && !c.query_name.empty() && key == c.query_name &&
+                            in_scope(c, identity, p, host, port, target)) {
+                            // Copies: the views point into the URL being modified.
+                            std::string key_enc(pv.key);
+                            std::string enc =
+                                boost::urls::encode(c.secret, boost::urls::unreserved_chars);
+                            it = params.replace(it, boost::urls::param_pct_view(
+                                                        boost::urls::pct_string_view(key_enc),
+                                                        boost::urls::pct_string_view(enc)));
+                            changed = true;
+                            injected(ci, enc);
+                            break; // the value is now the secret; no other placeholder left in it
+                        }
+                        note(bad, c.name);
+                    }
+                }
+                if (changed) {
+                    r.target = std::string(u.encoded_target());
+                }
             }
         }
     }

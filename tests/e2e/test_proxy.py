@@ -117,6 +117,35 @@ def make_certificates(d):
 
 # ---------------------------------------------------------------- origins
 
+def read_request_body(h):
+    """The request body on handler `h` (a BaseHTTPRequestHandler): Content-Length or
+    chunked (trailers read and dropped). Shared by the e2e suites' origins."""
+    if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        chunks = []
+        while True:
+            size = int(h.rfile.readline().split(b";")[0].strip(), 16)
+            if size == 0:
+                while h.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return b"".join(chunks)
+            chunks.append(h.rfile.read(size))
+            h.rfile.readline()
+    return h.rfile.read(int(h.headers.get("Content-Length", "0") or 0))
+
+
+class answer:
+    """An answer as a test client saw it: status, headers (lower-case names), body."""
+
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return "answer(%s %r %r)" % (self.status, self.headers, self.body[:400])
+
+
 class recording_origin:
     """A threaded HTTP/1.1 origin (optionally TLS) that records every request and answers
     JSON describing it. `records` holds dicts: method, path, headers (list of pairs),
@@ -137,17 +166,7 @@ class recording_origin:
                 pass
 
             def read_body(self):
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    chunks = []
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                        if size == 0:
-                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                                pass
-                            return b"".join(chunks)
-                        chunks.append(self.rfile.read(size))
-                        self.rfile.readline()
-                return self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+                return read_request_body(self)
 
             def handle_any(self):
                 origin.respond(self, self.read_body())
