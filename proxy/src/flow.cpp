@@ -74,6 +74,7 @@ struct flow_context {
     std::string source;
     std::string identity; // "" = unresolved
     const dlp::policy* policy = nullptr;
+    rate_limits::connection_slot connection; // `limits.max_connections`, held per identity
 };
 
 std::string make_flow_id(shared_state& st) {
@@ -246,6 +247,22 @@ net::awaitable<bool> deny(Stream& stream, flow_context& fc, unsigned status,
     co_return ok;
 }
 
+// A limit reached (`policies[].limits`): 429 with Retry-After (RFC 9110 section 10.2.3),
+// audited like any denial. Returns false if the audit failed.
+template <class Stream>
+net::awaitable<bool> deny_limited(Stream& stream, flow_context& fc, std::string_view reason,
+                                  std::uint32_t retry_after, audit_record rec, bool keep_alive) {
+    rec.decision = "deny";
+    rec.reason = std::string(reason);
+    bool ok = audit(fc, std::move(rec));
+    auto res = make_answer(ok ? 429 : 503, ok ? reason : "audit_unavailable", fc.flow, {},
+                           ok && keep_alive);
+    if (ok)
+        res.set(http::field::retry_after, std::to_string(retry_after));
+    co_await send_answer(stream, std::move(res));
+    co_return ok;
+}
+
 // --- destinations --------------------------------------------------------------------
 struct destination {
     std::string host; // normalised
@@ -365,6 +382,27 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         co_return exchange_end::close;
     }
 
+    // Limits: one request token per exchange, and the upload budget for a declared body
+    // before a byte of it is read (a chunked body is charged once it has been read).
+    if (auto wait = fc.state->limits.admit_request(fc.identity, policy.limits); wait != 0) {
+        bool ok = co_await deny_limited(client, fc, "rate_limit", wait, rec,
+                                        client_keep_alive && head.payload_size().value_or(1) == 0);
+        co_return ok&& client_keep_alive&& head.payload_size().value_or(1) == 0
+            ? exchange_end::keep_going
+            : exchange_end::close;
+    }
+    const bool upload_charged = hp.content_length().has_value();
+    if (upload_charged) {
+        if (auto wait = fc.state->limits.admit_upload(fc.identity, policy.limits,
+                                                      *hp.content_length());
+            wait != 0) {
+            bool ok = co_await deny_limited(client, fc, "upload_budget", wait, rec,
+                                            client_keep_alive && *hp.content_length() == 0);
+            (void)ok;
+            co_return exchange_end::close;
+        }
+    }
+
     // Policy per request: method and path rules apply inside the tunnel too.
     std::string_view path = tgt.origin_form;
     path = path.substr(0, path.find('?'));
@@ -418,6 +456,14 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         }
     }
     auto& req = bp.get();
+    if (!upload_charged) {
+        if (auto wait = fc.state->limits.admit_upload(fc.identity, policy.limits,
+                                                      req.body().size());
+            wait != 0) {
+            co_await deny_limited(client, fc, "upload_budget", wait, rec, false);
+            co_return exchange_end::close;
+        }
+    }
 
     // Inspection.
     std::vector<dlp::finding_record> findings;
@@ -926,6 +972,13 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
         break;
     }
     if (!rule->inspect) {
+        // An opaque tunnel's requests are invisible: the CONNECT itself is the request
+        // that counts against `requests_per_minute` (its bytes are not metered).
+        if (auto wait = fc.state->limits.admit_request(fc.identity, fc.policy->limits);
+            wait != 0) {
+            co_await deny_limited(client, fc, "rate_limit", wait, rec, false);
+            co_return;
+        }
         co_await opaque_tunnel(client, cbuf, d, fc, std::move(rec));
         co_return;
     }
@@ -1015,6 +1068,11 @@ net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cb
         }
         if (fc.policy == nullptr) {
             co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
+            co_return;
+        }
+        if (!fc.state->limits.acquire_connection(fc.identity, fc.policy->limits,
+                                                 fc.connection)) {
+            co_await deny_limited(client, fc, "connection_limit", 1, rec, false);
             co_return;
         }
         if (!fc.state->audit->healthy()) { // no tunnel either while nothing can be recorded

@@ -8,6 +8,7 @@
 #include "sluice/proxy/audit_log.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/metrics.hpp"
+#include "sluice/proxy/rate_limits.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -39,6 +40,7 @@ struct shared_state {
     std::atomic<std::uint64_t> next_flow{0};
     std::atomic<std::int64_t> active{0};
     std::uint64_t flow_salt = 0; ///< random per process, so flow ids differ across restarts
+    rate_limits limits;          ///< per-identity `policies[].limits` state (issue 7)
 };
 
 /// What a listener contributes to a flow.
