@@ -14,6 +14,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -231,29 +234,91 @@ void collect_json(const boost::json::value& root, std::string& out) {
     }
 }
 
-// Per-byte class bits of 16 bytes as bit masks (bit k = byte k). SSE2 is the x86-64
-// baseline; other targets use the table.
-struct block_masks {
-    unsigned b64 = 0;
-    unsigned hexdig = 0; // 0-9 a-f A-F
-    unsigned cd = 0;     // ':' '-'
-    unsigned sp = 0;     // ' '
-    unsigned trig = 0;   // '%', '&', '\\' (judged with the next byte by trigger_ok)
+// Candidate finding, 64 bytes at a time: each chunk is classified into bit masks (bit
+// k = byte k) and turned into events (chunk_events); chunks without any are skipped
+// whole. Ordinary text has a candidate every few hundred bytes, so almost all the work
+// is this classification: AVX2 when the CPU has it (checked once), else SSE2 (the x86-64
+// baseline), else the class table.
+struct chunk_masks {
+    std::uint64_t b64 = 0;
+    std::uint64_t hexdig = 0;
+    std::uint64_t cd = 0;      // ':' '-'
+    std::uint64_t sp = 0;      // ' '
+    std::uint64_t pct = 0;     // '%'
+    std::uint64_t amp = 0;     // '&'
+    std::uint64_t bs = 0;      // '\\'
+    std::uint64_t escnext = 0; // u U x / 0-7 (after '\\')
+    std::uint64_t ampnext = 0; // '#' or a letter (after '&')
 };
 
-// A trigger byte at d[k] that starts an escape worth decoding: '%' before a hex digit,
-// '\\' before u/U/x/'/'/octal, '&' before '#' or a letter. Needs k + 1 < size.
-inline bool trigger_ok(const unsigned char* d, std::size_t k) noexcept {
-    const unsigned char nx = d[k + 1];
-    switch (d[k]) {
-    case '%':
-        return (cls[nx] & k_hex) != 0;
-    case '\\':
-        return nx == 'u' || nx == 'U' || nx == 'x' || nx == '/' || (nx >= '0' && nx <= '7');
-    default:
-        return nx == '#' || std::isalpha(nx);
-    }
+__extension__ typedef unsigned __int128 u128;
+
+// What the candidate loop visits in one chunk: bit k stands for byte c + k.
+struct chunk_events {
+    std::uint64_t b64 = 0;  ///< a run of 16+ base64-alphabet bytes covers k..k+15
+    std::uint64_t hex = 0;  ///< a run of 16+ hex digits and delimiters covers k..k+15
+    std::uint64_t trig = 0; ///< a trigger that starts an escape worth decoding
+    u128 hexdig = 0;        ///< hex digits of this chunk and the next
+    bool any() const noexcept { return (b64 | hex | trig) != 0; }
+};
+
+struct chunk_hit {
+    std::size_t at = 0; ///< chunk start; >= n when nothing is left
+    chunk_events ev;
+};
+
+// Chunk `a` (bytes [c, c+64)) with the next chunk `b` for lookahead.
+[[gnu::always_inline]] inline chunk_events events(const chunk_masks& a,
+                                                  const chunk_masks& b) noexcept {
+    const auto wide = [](std::uint64_t lo, std::uint64_t hi) {
+        return static_cast<u128>(lo) | (static_cast<u128>(hi) << 64);
+    };
+    // Bit k of runs16 is set when bits k..k+15 are all set.
+    const auto runs16 = [](u128 x) {
+        x &= x >> 1;
+        x &= x >> 2;
+        x &= x >> 4;
+        x &= x >> 8;
+        return static_cast<std::uint64_t>(x);
+    };
+    chunk_events e;
+    e.hexdig = wide(a.hexdig, b.hexdig);
+    // A space counts for hex only before a hex digit, so indentation and prose never
+    // look like "67 68 70".
+    const u128 hexd = e.hexdig | wide(a.cd, b.cd) | (wide(a.sp, b.sp) & (e.hexdig >> 1));
+    e.trig = (a.pct & static_cast<std::uint64_t>(e.hexdig >> 1)) |
+             (a.bs & static_cast<std::uint64_t>(wide(a.escnext, b.escnext) >> 1)) |
+             (a.amp & static_cast<std::uint64_t>(wide(a.ampnext, b.ampnext) >> 1));
+    e.b64 = runs16(wide(a.b64, b.b64));
+    e.hex = runs16(hexd) & ~e.b64; // a hex run without delimiters is a base64 run too
+    return e;
 }
+
+// The loop of next_events() for one classifier (a macro: a lambda or template would not
+// inherit the AVX2 target of its caller).
+#define SLUICE_NEXT_EVENTS_BODY(CLASSIFY)                                                          \
+    if (c >= n)                                                                                    \
+        return {n, {}};                                                                            \
+    if (c + 128 <= n) {                                                                            \
+        chunk_masks cur = CLASSIFY(d + c);                                                         \
+        while (c + 128 <= n) {                                                                     \
+            const chunk_masks nxt = CLASSIFY(d + c + 64);                                          \
+            const chunk_events ev = events(cur, nxt);                                              \
+            if (ev.any())                                                                          \
+                return {c, ev};                                                                    \
+            cur = nxt;                                                                             \
+            c += 64;                                                                               \
+        }                                                                                          \
+    }                                                                                              \
+    /* The last bytes: a zero-padded copy (a zero byte is in no class). */                         \
+    alignas(32) unsigned char pad[192] = {};                                                       \
+    std::memcpy(pad, d + c, n - c);                                                                \
+    for (std::size_t off = 0; c + off < n; off += 64) {                                            \
+        const chunk_events ev = events(CLASSIFY(pad + off), CLASSIFY(pad + off + 64));             \
+        if (ev.any())                                                                              \
+            return {c + off, ev};                                                                  \
+    }                                                                                              \
+    return {n, {}};
 
 #if defined(__SSE2__)
 // Bytes in [lo, hi] as 0xFF lanes (unsigned compare through max).
@@ -266,40 +331,135 @@ inline __m128i eq(__m128i v, char c) noexcept {
     return _mm_cmpeq_epi8(v, _mm_set1_epi8(c));
 }
 
-inline block_masks classify16(const unsigned char* p) noexcept {
+[[gnu::always_inline]] inline void classify16_into(const unsigned char* p, unsigned shift,
+                                                   chunk_masks& m) noexcept {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     const __m128i lower = _mm_or_si128(v, _mm_set1_epi8(0x20));
     const __m128i digit = in_range(v, '0', '9');
     const __m128i alpha = in_range(lower, 'a', 'z');
     const __m128i hexalpha = in_range(lower, 'a', 'f');
     const __m128i dash = eq(v, '-');
+    const __m128i slash = eq(v, '/');
     const __m128i b64 =
-        _mm_or_si128(_mm_or_si128(digit, alpha), _mm_or_si128(_mm_or_si128(eq(v, '+'), eq(v, '/')),
-                                                              _mm_or_si128(dash, eq(v, '_'))));
-    block_masks m;
-    m.b64 = static_cast<unsigned>(_mm_movemask_epi8(b64));
-    m.hexdig = static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(digit, hexalpha)));
-    m.cd = static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(eq(v, ':'), dash)));
-    m.sp = static_cast<unsigned>(_mm_movemask_epi8(eq(v, ' ')));
-    m.trig = static_cast<unsigned>(
-        _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(eq(v, '%'), eq(v, '&')), eq(v, '\\'))));
+        _mm_or_si128(_mm_or_si128(digit, alpha),
+                     _mm_or_si128(_mm_or_si128(eq(v, '+'), slash), _mm_or_si128(dash, eq(v, '_'))));
+    const __m128i escnext = _mm_or_si128(_mm_or_si128(eq(lower, 'u'), eq(v, 'x')),
+                                         _mm_or_si128(slash, in_range(v, '0', '7')));
+    const auto mask = [shift](__m128i x) {
+        return static_cast<std::uint64_t>(static_cast<unsigned>(_mm_movemask_epi8(x))) << shift;
+    };
+    m.b64 |= mask(b64);
+    m.hexdig |= mask(_mm_or_si128(digit, hexalpha));
+    m.cd |= mask(_mm_or_si128(eq(v, ':'), dash));
+    m.sp |= mask(eq(v, ' '));
+    m.pct |= mask(eq(v, '%'));
+    m.amp |= mask(eq(v, '&'));
+    m.bs |= mask(eq(v, '\\'));
+    m.escnext |= mask(escnext);
+    m.ampnext |= mask(_mm_or_si128(alpha, eq(v, '#')));
+}
+
+[[gnu::always_inline]] inline chunk_masks classify64_sse2(const unsigned char* p) noexcept {
+    chunk_masks m;
+    classify16_into(p, 0, m);
+    classify16_into(p + 16, 16, m);
+    classify16_into(p + 32, 32, m);
+    classify16_into(p + 48, 48, m);
     return m;
 }
+
+chunk_hit next_events_sse2(const unsigned char* d, std::size_t c, std::size_t n) noexcept {
+    SLUICE_NEXT_EVENTS_BODY(classify64_sse2)
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define SLUICE_HAVE_AVX2_SKIP 1
+__attribute__((target("avx2"), always_inline)) inline __m256i avx_eq(__m256i x, char ch) noexcept {
+    return _mm256_cmpeq_epi8(x, _mm256_set1_epi8(ch));
+}
+__attribute__((target("avx2"), always_inline)) inline __m256i avx_range(__m256i x, char lo,
+                                                                        char hi) noexcept {
+    const __m256i t = _mm256_sub_epi8(x, _mm256_set1_epi8(lo));
+    const __m256i lim = _mm256_set1_epi8(static_cast<char>(hi - lo));
+    return _mm256_cmpeq_epi8(_mm256_max_epu8(t, lim), lim);
+}
+
+__attribute__((target("avx2"), always_inline)) inline void
+classify32_into(const unsigned char* p, unsigned shift, chunk_masks& m) noexcept {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i lower = _mm256_or_si256(v, _mm256_set1_epi8(0x20));
+    const __m256i digit = avx_range(v, '0', '9');
+    const __m256i alpha = avx_range(lower, 'a', 'z');
+    const __m256i dash = avx_eq(v, '-');
+    const __m256i slash = avx_eq(v, '/');
+    const __m256i b64 = _mm256_or_si256(_mm256_or_si256(digit, alpha),
+                                        _mm256_or_si256(_mm256_or_si256(avx_eq(v, '+'), slash),
+                                                        _mm256_or_si256(dash, avx_eq(v, '_'))));
+    const __m256i escnext = _mm256_or_si256(_mm256_or_si256(avx_eq(lower, 'u'), avx_eq(v, 'x')),
+                                            _mm256_or_si256(slash, avx_range(v, '0', '7')));
+#define SLUICE_AVX_MASK(x)                                                                         \
+    (static_cast<std::uint64_t>(static_cast<unsigned>(_mm256_movemask_epi8(x))) << shift)
+    m.b64 |= SLUICE_AVX_MASK(b64);
+    m.hexdig |= SLUICE_AVX_MASK(_mm256_or_si256(digit, avx_range(lower, 'a', 'f')));
+    m.cd |= SLUICE_AVX_MASK(_mm256_or_si256(avx_eq(v, ':'), dash));
+    m.sp |= SLUICE_AVX_MASK(avx_eq(v, ' '));
+    m.pct |= SLUICE_AVX_MASK(avx_eq(v, '%'));
+    m.amp |= SLUICE_AVX_MASK(avx_eq(v, '&'));
+    m.bs |= SLUICE_AVX_MASK(avx_eq(v, '\\'));
+    m.escnext |= SLUICE_AVX_MASK(escnext);
+    m.ampnext |= SLUICE_AVX_MASK(_mm256_or_si256(alpha, avx_eq(v, '#')));
+#undef SLUICE_AVX_MASK
+}
+
+__attribute__((target("avx2"), always_inline)) inline chunk_masks
+classify64_avx2(const unsigned char* p) noexcept {
+    chunk_masks m;
+    classify32_into(p, 0, m);
+    classify32_into(p + 32, 32, m);
+    return m;
+}
+
+__attribute__((target("avx2"))) chunk_hit next_events_avx2(const unsigned char* d, std::size_t c,
+                                                           std::size_t n) noexcept {
+    SLUICE_NEXT_EVENTS_BODY(classify64_avx2)
+}
+#endif
 #else
-inline block_masks classify16(const unsigned char* p) noexcept {
-    block_masks m;
-    for (unsigned k = 0; k < 16; ++k) {
-        const unsigned char c = cls[p[k]];
-        m.b64 |= (c & k_b64 ? 1u : 0u) << k;
-        m.hexdig |= (c & k_hex ? 1u : 0u) << k;
-        m.cd |= (p[k] == ':' || p[k] == '-' ? 1u : 0u) << k;
-        m.sp |= (p[k] == ' ' ? 1u : 0u) << k;
-        m.trig |= (c & k_trigger ? 1u : 0u) << k;
+inline chunk_masks classify64_table(const unsigned char* p) noexcept {
+    chunk_masks m;
+    for (unsigned k = 0; k < 64; ++k) {
+        const unsigned char ch = p[k];
+        const unsigned char cl = cls[ch];
+        const std::uint64_t bit = std::uint64_t{1} << k;
+        const bool alpha = (ch | 0x20) >= 'a' && (ch | 0x20) <= 'z';
+        m.b64 |= (cl & k_b64) ? bit : 0;
+        m.hexdig |= (cl & k_hex) ? bit : 0;
+        m.cd |= (ch == ':' || ch == '-') ? bit : 0;
+        m.sp |= ch == ' ' ? bit : 0;
+        m.pct |= ch == '%' ? bit : 0;
+        m.amp |= ch == '&' ? bit : 0;
+        m.bs |= ch == '\\' ? bit : 0;
+        m.escnext |=
+            ((ch | 0x20) == 'u' || ch == 'x' || ch == '/' || (ch >= '0' && ch <= '7')) ? bit : 0;
+        m.ampnext |= (alpha || ch == '#') ? bit : 0;
     }
     return m;
 }
 #endif
 
+// The first chunk at or after `c` with events ({n, {}} when none is left).
+chunk_hit next_events(const unsigned char* d, std::size_t c, std::size_t n) noexcept {
+#if defined(__SSE2__)
+#if defined(SLUICE_HAVE_AVX2_SKIP)
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2)
+        return next_events_avx2(d, c, n);
+#endif
+    return next_events_sse2(d, c, n);
+#else
+    SLUICE_NEXT_EVENTS_BODY(classify64_table)
+#endif
+}
 struct hs_scratch_closer {
     void operator()(hs_scratch_t* s) const noexcept { hs_free_scratch(s); }
 };
@@ -775,12 +935,12 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         return variant_status::ok;
     };
 
-    // Blocks of 16 bytes classified with SIMD into bit masks; runs of 16+ base64 or
-    // hex-and-delimiter bytes are found on the masks (no per-byte branch), and triggers
-    // (a '%' before a hex digit, a '\\' before u/x/octal/'/', a '&' before '#' or a
-    // letter) are visited by their bits. A per-byte branch would mispredict every few
-    // bytes on ordinary text (word/space alternation, "\\n" in JSON) and cost more than
-    // the raw scan.
+    // Candidate starts come from next_events(): 64-byte chunks classified with SIMD into
+    // bit masks, runs of 16+ base64 or hex-and-delimiter bytes and valid triggers (a '%'
+    // before a hex digit, a '\\' before u/x/octal/'/', a '&' before '#' or a letter) found
+    // on the masks, chunks without any skipped whole. Events are visited in byte order.
+    // A per-byte branch would mispredict every few bytes on ordinary text (word/space
+    // alternation, "\\n" in JSON) and cost more than the raw scan.
     std::size_t done = 0; // bytes before this have been decided
     const auto visit_from = [&](std::size_t i) -> variant_status {
         std::size_t next = i + 1;
@@ -788,83 +948,56 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         done = std::max(done, std::max(next, i + 1));
         return st;
     };
-    std::size_t p = 0;
-    block_masks cur{};
-    std::size_t cur_at = npos;
-    while (p + 32 <= n) {
-        if (p < done) {
-            p = done;
-            continue;
-        }
-        if (cur_at != p)
-            cur = classify16(d + p);
-        const block_masks nxt = classify16(d + p + 16);
-        // Bit k of runs16(x) is set when bits k..k+15 of x are all set: a run of 16+
-        // class bytes covering p + k.
-        const auto runs16 = [](std::uint32_t x) {
-            x &= x >> 1;
-            x &= x >> 2;
-            x &= x >> 4;
-            x &= x >> 8;
-            return x & 0xFFFFu;
-        };
-        // A 16-run starting in [p, p+16) covers [p+8, p+16) or [p+16, p+24): a cheap,
-        // well-predicted test before the exact one.
-        const bool maybe_b64 = ((cur.b64 >> 8) & 0xFF) == 0xFF || (nxt.b64 & 0xFF) == 0xFF;
-        // Hex digits and delimiters; a space counts only between two hex digits, so
-        // indentation and prose never look like "67 68 70".
-        const std::uint32_t hexdig = cur.hexdig | (nxt.hexdig << 16);
-        const std::uint32_t hexd = hexdig | cur.cd | (nxt.cd << 16) |
-                                   ((cur.sp | (nxt.sp << 16)) & (hexdig << 1) & (hexdig >> 1));
-        const bool maybe_hex = ((hexd >> 8) & 0xFF) == 0xFF || ((hexd >> 16) & 0xFF) == 0xFF;
-        const std::uint32_t b64_runs = maybe_b64 ? runs16(cur.b64 | (nxt.b64 << 16)) : 0;
-        if (b64_runs != 0) {
-            std::size_t s = p + static_cast<unsigned>(__builtin_ctz(b64_runs));
-            while (s > done && (cls[d[s - 1]] & k_b64))
-                --s;
-            auto st = visit_from(s);
-            if (st != variant_status::ok)
-                return st;
-        } else if (maybe_hex && (opts_.enabled & dec_hex)) {
-            // 16 bytes of hex digits and delimiters, at least 10 of them digits
-            // ("67:68:70:71:72:7"; not indentation or a run of spaces).
-            const std::uint32_t hex_runs = runs16(hexd);
-            if (hex_runs != 0) {
-                const unsigned k = static_cast<unsigned>(__builtin_ctz(hex_runs));
-                unsigned digits = 0;
-                for (std::size_t q = p + k; q < p + k + 16; ++q)
-                    digits += is_hex(d[q]) ? 1 : 0;
+    for (std::size_t from = 0; from < n;) {
+        const chunk_hit h = next_events(d, std::max(from, done), n);
+        if (h.at >= n)
+            break;
+        const std::size_t at = h.at;
+        std::uint64_t b64 = h.ev.b64;
+        std::uint64_t hex = (opts_.enabled & dec_hex) ? h.ev.hex : 0;
+        std::uint64_t trig = h.ev.trig;
+        for (;;) {
+            if (done > at) {
+                if (done - at >= 64)
+                    break;
+                const std::uint64_t keep = ~std::uint64_t{0} << (done - at);
+                b64 &= keep;
+                hex &= keep;
+                trig &= keep;
+            }
+            const std::uint64_t any = b64 | hex | trig;
+            if (any == 0)
+                break;
+            const unsigned k = static_cast<unsigned>(__builtin_ctzll(any));
+            const std::uint64_t bit = std::uint64_t{1} << k;
+            std::size_t s = at + k;
+            variant_status st = variant_status::ok;
+            if (trig & bit) {
+                trig &= ~bit;
+                st = visit_from(s);
+            } else if (b64 & bit) {
+                b64 &= ~bit;
+                while (s > done && (cls[d[s - 1]] & k_b64))
+                    --s;
+                st = visit_from(s);
+            } else {
+                hex &= ~bit;
+                // 16 bytes of hex digits and delimiters, at least 10 of them digits
+                // ("67:68:70:71:72:7"; not indentation or a run of spaces).
+                const auto digits =
+                    __builtin_popcount(static_cast<unsigned>(h.ev.hexdig >> k) & 0xFFFFu);
                 if (digits >= 10) {
-                    std::size_t s = p + k;
                     while (s > done && (cls[d[s - 1]] & k_hexd))
                         --s;
                     while (!is_hex(d[s]))
                         ++s;
-                    auto st = visit_from(s);
-                    if (st != variant_status::ok)
-                        return st;
+                    st = visit_from(s);
                 }
             }
-        }
-        for (unsigned t = cur.trig; t != 0; t &= t - 1) {
-            const std::size_t k = p + static_cast<unsigned>(__builtin_ctz(t));
-            if (k < done || !trigger_ok(d, k))
-                continue;
-            auto st = visit_from(k);
             if (st != variant_status::ok)
                 return st;
         }
-        const std::size_t next_p = std::max(p + 16, done);
-        if (next_p == p + 16) {
-            cur = nxt;
-            cur_at = next_p;
-        }
-        p = next_p;
-    }
-    for (std::size_t i = std::max(p, done); i < n; i = std::max(i + 1, done)) {
-        auto st = visit_from(i);
-        if (st != variant_status::ok)
-            return st;
+        from = at + 64;
     }
     // Non-ASCII text, found in a separate pass because escape regions above may span it:
     // each whitespace-delimited token holding a byte >= 0x80, nearby ones merged.
