@@ -1,0 +1,231 @@
+// sluice_bench_origin: a TLS HTTP/1.1 keep-alive origin for the load harness (issue 10).
+//
+// Listens on loopback, one io_context per thread, answers every request with 200 and a
+// fixed small JSON body after reading (and discarding) the request body in 64 KiB
+// pieces, so a 1 GiB upload costs no memory. Its certificate is either given
+// (--cert/--key) or minted at start from a CA (--ca-cert/--ca-key): ECDSA P-256, SAN
+// DNS:localhost and IP:127.0.0.1. Prints "listening PORT" on stdout once accepting.
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509v3.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = net::ssl;
+using tcp = net::ip::tcp;
+constexpr auto as_tuple = net::as_tuple(net::use_awaitable);
+
+namespace {
+
+const std::string response_body = R"({"ok":true,"id":"bench"})";
+
+// Mints a P-256 leaf for localhost/127.0.0.1 signed by the given CA and installs it.
+bool use_minted_leaf(ssl::context& ctx, const std::string& ca_cert, const std::string& ca_key) {
+    FILE* f = std::fopen(ca_cert.c_str(), "r");
+    if (!f)
+        return false;
+    X509* ca = PEM_read_X509(f, nullptr, nullptr, nullptr);
+    std::fclose(f);
+    f = std::fopen(ca_key.c_str(), "r");
+    if (!f || !ca)
+        return false;
+    EVP_PKEY* cakey = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
+    std::fclose(f);
+    EVP_PKEY* key = EVP_EC_gen("P-256");
+    X509* x = X509_new();
+    if (!cakey || !key || !x)
+        return false;
+    X509_set_version(x, X509_VERSION_3);
+    unsigned char serial[8];
+    RAND_bytes(serial, sizeof serial);
+    serial[0] &= 0x7f;
+    BIGNUM* bn = BN_bin2bn(serial, sizeof serial, nullptr);
+    BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x));
+    BN_free(bn);
+    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(x), 2 * 86400);
+    X509_NAME* name = X509_get_subject_name(x);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>("localhost"), -1, -1, 0);
+    X509_set_issuer_name(x, X509_get_subject_name(ca));
+    X509_set_pubkey(x, key);
+    X509V3_CTX v3;
+    X509V3_set_ctx(&v3, ca, x, nullptr, nullptr, 0);
+    for (auto [nid, value] : {std::pair{NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1"},
+                              std::pair{NID_basic_constraints, "CA:FALSE"},
+                              std::pair{NID_ext_key_usage, "serverAuth"}}) {
+        X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &v3, nid, value);
+        if (!ext)
+            return false;
+        X509_add_ext(x, ext, -1);
+        X509_EXTENSION_free(ext);
+    }
+    bool ok = X509_sign(x, cakey, EVP_sha256()) > 0 &&
+              SSL_CTX_use_certificate(ctx.native_handle(), x) == 1 &&
+              SSL_CTX_use_PrivateKey(ctx.native_handle(), key) == 1;
+    X509_free(x);
+    X509_free(ca);
+    EVP_PKEY_free(key);
+    EVP_PKEY_free(cakey);
+    return ok;
+}
+
+net::awaitable<void> serve(tcp::socket socket, ssl::context& ctx) {
+    beast::ssl_stream<beast::tcp_stream> s(beast::tcp_stream(std::move(socket)), ctx);
+    beast::get_lowest_layer(s).expires_after(std::chrono::seconds(15));
+    auto [hec] = co_await s.async_handshake(ssl::stream_base::server, as_tuple);
+    if (hec)
+        co_return;
+    beast::flat_buffer buf;
+    std::array<char, 64 * 1024> sink;
+    http::response<http::string_body> res{http::status::ok, 11};
+    res.set(http::field::server, "sluice_bench_origin");
+    res.set(http::field::content_type, "application/json");
+    res.body() = response_body;
+    res.prepare_payload();
+    for (;;) {
+        http::request_parser<http::buffer_body> p;
+        p.body_limit(boost::none);
+        // Idle keep-alive connections are held as long as the harness wants (idle mode).
+        beast::get_lowest_layer(s).expires_after(std::chrono::seconds(300));
+        auto [ec, n] = co_await http::async_read_header(s, buf, p, as_tuple);
+        if (ec)
+            break;
+        while (!p.is_done()) {
+            p.get().body().data = sink.data();
+            p.get().body().size = sink.size();
+            beast::get_lowest_layer(s).expires_after(std::chrono::seconds(60));
+            auto [bec, bn] = co_await http::async_read(s, buf, p, as_tuple);
+            if (bec == http::error::need_buffer)
+                continue;
+            if (bec)
+                co_return;
+        }
+        const bool keep = p.get().keep_alive();
+        res.keep_alive(keep);
+        auto [wec, wn] = co_await http::async_write(s, res, as_tuple);
+        if (wec || !keep)
+            break;
+    }
+    beast::get_lowest_layer(s).expires_after(std::chrono::seconds(2));
+    co_await s.async_shutdown(as_tuple);
+}
+
+void accept_loop(tcp::acceptor& acc, std::vector<std::unique_ptr<net::io_context>>& ctxs,
+                 ssl::context& tls, std::atomic<std::size_t>& next) {
+    auto& target = *ctxs[next++ % ctxs.size()];
+    acc.async_accept(target, [&](boost::system::error_code ec, tcp::socket sock) {
+        if (ec == net::error::operation_aborted)
+            return;
+        if (!ec) {
+            sock.set_option(tcp::no_delay(true), ec);
+            auto exec = sock.get_executor();
+            net::co_spawn(exec, serve(std::move(sock), tls), net::detached);
+        }
+        accept_loop(acc, ctxs, tls, next);
+    });
+}
+
+constexpr std::string_view usage =
+    "usage: sluice_bench_origin [--listen 127.0.0.1:PORT] [--threads N]\n"
+    "         (--cert FILE --key FILE | --ca-cert FILE --ca-key FILE)\n";
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string listen = "127.0.0.1:0", cert, key, ca_cert, ca_key;
+    unsigned threads = 2;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        std::string_view a = argv[i];
+        std::string v = argv[i + 1];
+        if (a == "--listen")
+            listen = v;
+        else if (a == "--threads")
+            threads = static_cast<unsigned>(std::stoul(v));
+        else if (a == "--cert")
+            cert = v;
+        else if (a == "--key")
+            key = v;
+        else if (a == "--ca-cert")
+            ca_cert = v;
+        else if (a == "--ca-key")
+            ca_key = v;
+        else {
+            std::cerr << usage;
+            return 2;
+        }
+    }
+    if (argc % 2 == 0 || threads == 0 || (cert.empty() && ca_cert.empty())) {
+        std::cerr << usage;
+        return 2;
+    }
+    ssl::context tls(ssl::context::tls_server);
+    boost::system::error_code ec;
+    if (!cert.empty()) {
+        tls.use_certificate_chain_file(cert, ec);
+        if (!ec)
+            tls.use_private_key_file(key, ssl::context::pem, ec);
+        if (ec) {
+            std::cerr << "cannot load certificate: " << ec.message() << '\n';
+            return 2;
+        }
+    } else if (!use_minted_leaf(tls, ca_cert, ca_key)) {
+        std::cerr << "cannot mint a leaf from " << ca_cert << '\n';
+        return 2;
+    }
+
+    auto colon = listen.rfind(':');
+    if (colon == std::string::npos) {
+        std::cerr << usage;
+        return 2;
+    }
+    tcp::endpoint ep(net::ip::make_address(listen.substr(0, colon)),
+                     static_cast<unsigned short>(std::stoul(listen.substr(colon + 1))));
+    std::vector<std::unique_ptr<net::io_context>> ctxs;
+    for (unsigned i = 0; i < threads; ++i)
+        ctxs.push_back(std::make_unique<net::io_context>(1));
+    tcp::acceptor acc(*ctxs[0], ep);
+    acc.listen(4096);
+    std::atomic<std::size_t> next{0};
+    accept_loop(acc, ctxs, tls, next);
+    // SIGTERM/SIGINT stop every context (the harness ends the origin that way).
+    net::signal_set signals(*ctxs[0], SIGTERM, SIGINT);
+    signals.async_wait([&](boost::system::error_code, int) {
+        for (auto& c : ctxs)
+            c->stop();
+    });
+    std::printf("listening %u\n", static_cast<unsigned>(acc.local_endpoint().port()));
+    std::fflush(stdout);
+    std::vector<std::thread> pool;
+    std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
+    for (auto& c : ctxs)
+        guards.push_back(net::make_work_guard(*c));
+    for (std::size_t i = 1; i < ctxs.size(); ++i)
+        pool.emplace_back([&c = *ctxs[i]] { c.run(); });
+    ctxs[0]->run();
+    for (auto& t : pool)
+        t.join();
+    return 0;
+}

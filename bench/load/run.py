@@ -1,0 +1,446 @@
+#!/usr/bin/env python3
+"""sluice load harness (issue 10): the same workload direct and through `sluice run`.
+
+Makes a throwaway CA, starts sluice_bench_origin (a TLS keep-alive origin on 127.0.0.1)
+and `sluice run` with TLS interception, all detectors and variants, then runs
+sluice_loadgen against the origin directly and through sluice and prints:
+
+  keepalive       1 KiB POSTs over 16 keep-alive connections: requests/s both ways and
+                  the ratio, latency p50/p99/p99.9 and p50 added, sluice CPU us per
+                  request (utime+stime from /proc/PID/stat), peak RSS (VmHWM)
+  new-connection  one request per fresh CONNECT + TLS: handshakes/s both ways
+  idle            N idle intercepted keep-alive connections: RSS per connection
+  upload          one large upload streamed through sluice (peak RSS, outcome)
+
+Everything runs on 127.0.0.1, bounded by request counts and durations. Python standard
+library only. Usage:
+  bench/load/run.py --build BUILD_DIR [--scenarios keepalive,new-connection,idle,upload]
+                    [--requests N] [--duration S] [--idle-counts 1000,10000] ...
+With --smoke it runs a tiny workload (ctest: it checks only that nothing errs).
+"""
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def openssl(*args, cwd):
+    r = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True)
+    if r.returncode != 0:
+        raise RuntimeError("openssl %s: %s" % (args[0], r.stderr.decode(errors="replace")))
+
+
+def make_ca(d):
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", "bench-ca.key", "-out", "bench-ca.pem", "-days", "2",
+            "-subj", "/CN=sluice bench CA", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+    return os.path.join(d, "bench-ca.pem"), os.path.join(d, "bench-ca.key")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # utime and stime are fields 14 and 15 of stat(5); fields[0] here is field 3.
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def status_kib(pid, key):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+class origin:
+    def __init__(self, binary, ca, ca_key, threads):
+        self.proc = subprocess.Popen([binary, "--ca-cert", ca, "--ca-key", ca_key, "--threads",
+                                      str(threads)], stdout=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL)
+        line = self.proc.stdout.readline().decode()
+        if not line.startswith("listening "):
+            raise RuntimeError("origin did not start: %r" % line)
+        self.port = int(line.split()[1])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class sluice:
+    """One `sluice run` with TLS interception, all detectors, variants on (the default)."""
+
+    def __init__(self, binary, tmp, name, origin_port, bench_ca, fsync, max_body):
+        self.dir = os.path.join(tmp, name)
+        os.makedirs(self.dir)
+        self.port = free_port()
+        data = os.path.join(self.dir, "data")
+        config = os.path.join(self.dir, "sluice.yaml")
+        max_body_line = "\n      max_body: %s" % max_body if max_body else ""
+        with open(config, "w") as f:
+            f.write(f"""version: 1
+data_dir: {data}
+listeners:
+  - address: 127.0.0.1:{self.port}
+ca: {{cert: ca.pem, key: ca.key}}
+upstream:
+  ca_file: {bench_ca}
+  connect_timeout: 5s
+identities:
+  - name: bench
+    source_cidrs: [127.0.0.0/8]
+policies:
+  - identity: bench
+    rules:
+      - hosts: ["localhost", "127.0.0.1"]
+        ports: [{origin_port}]
+        action: allow
+        inspect: true
+    dlp:
+      detectors: [all]
+      on_finding: deny{max_body_line}
+    private_destinations: [127.0.0.1/32]
+admin: {{address: "127.0.0.1:{free_port()}", token_file: admin.token}}
+metrics: {{address: "127.0.0.1:{free_port()}"}}
+audit: {{path: {os.path.join(self.dir, "audit.jsonl")}, fsync: {fsync}}}
+logging: {{level: warn, format: text}}
+""")
+        self.stderr = open(os.path.join(self.dir, "sluice.stderr"), "wb")
+        self.proc = subprocess.Popen([binary, "run", "--config", config],
+                                     stdout=subprocess.DEVNULL, stderr=self.stderr,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            self.stop()
+            raise RuntimeError("sluice did not start")
+        if self.proc.poll() is not None:
+            raise RuntimeError("sluice exited: " + self.stderr_text()[-2000:])
+        self.ca = os.path.join(data, "ca.pem")
+
+    def stderr_text(self):
+        with open(os.path.join(self.dir, "sluice.stderr"), "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def cpu(self):
+        return cpu_seconds(self.proc.pid)
+
+    def hwm_kib(self):
+        return status_kib(self.proc.pid, "VmHWM")
+
+    def rss_kib(self):
+        return status_kib(self.proc.pid, "VmRSS")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr.close()
+
+
+def tool(args, name):
+    """A harness binary: in the build dir or its bench/ subfolder."""
+    for d in (args.build, os.path.join(args.build, "bench")):
+        if os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    raise RuntimeError("%s not found in %s (build it first)" % (name, args.build))
+
+
+def loadgen(args, opts, origin_port, ca, proxy_port=None, extra=(), timeout=None):
+    cmd = [tool(args, "sluice_loadgen"), "--target", "127.0.0.1:%d" % origin_port,
+           "--sni", "localhost", "--ca", ca, "--threads", str(args.loadgen_threads), *opts,
+           *extra]
+    if proxy_port:
+        cmd += ["--proxy", "127.0.0.1:%d" % proxy_port]
+    r = subprocess.run(cmd, capture_output=True, timeout=timeout or (args.duration + 120))
+    out = r.stdout.decode(errors="replace")
+    for line in out.splitlines():
+        if line.startswith("loadgen-json "):
+            res = json.loads(line[len("loadgen-json "):])
+            res["command"] = " ".join(cmd)
+            return res
+    raise RuntimeError("loadgen gave no result (exit %d): %s %s" % (
+        r.returncode, out[-2000:], r.stderr.decode(errors="replace")[-2000:]))
+
+
+def show(label, r):
+    print("  %-22s %8.0f req/s  %7.0f hs/s (%d resumed)  p50 %7.0f us  p99 %7.0f us  p99.9 %7.0f us  "
+          "%6.1f MB/s  ok %d  errors %d%s" % (
+              label, r["requests_per_s"], r["handshakes_per_s"], r["resumed"], r["p50_us"], r["p99_us"],
+              r["p999_us"], r["mb_per_s"], r["ok"], r["errors"],
+              ("  first error: " + r["first_error"]) if r["first_error"] else ""))
+
+
+def measured(s, fn):
+    """Runs fn() and returns (result, sluice CPU seconds used meanwhile)."""
+    before = s.cpu()
+    r = fn()
+    return r, s.cpu() - before
+
+
+def scenario_keepalive(args, ctx):
+    o, s = ctx["origin"], ctx["start_sluice"]("keepalive")
+    base = ["--mode", "keepalive", "--connections", str(args.connections), "--requests",
+            str(args.requests), "--duration", str(args.duration), "--body-size",
+            str(args.body_size)]
+    try:
+        # Warm-up: mints the leaf, compiles nothing new, fills caches.
+        loadgen(args, ["--mode", "keepalive", "--connections", "2", "--requests", "20"],
+                o.port, s.ca, s.port)
+        direct = loadgen(args, base, o.port, ctx["bench_ca"])
+        proxied, cpu = measured(s, lambda: loadgen(args, base, o.port, s.ca, s.port))
+        hwm = s.hwm_kib()
+    finally:
+        s.stop()
+    print("keepalive: %d-byte POSTs over %d keep-alive connections" % (args.body_size,
+                                                                      args.connections))
+    show("direct", direct)
+    show("through sluice", proxied)
+    out = {"direct": direct, "proxied": proxied, "sluice_cpu_s": cpu,
+           "sluice_peak_rss_kib": hwm}
+    if proxied["ok"]:
+        out["ratio"] = proxied["requests_per_s"] / max(direct["requests_per_s"], 1e-9)
+        out["cpu_us_per_request"] = cpu / proxied["ok"] * 1e6
+        out["cpu_s_per_1000"] = cpu / proxied["ok"] * 1000
+        out["p50_added_us"] = proxied["p50_us"] - direct["p50_us"]
+        print("  ratio sluice/direct %.3f; sluice CPU %.1f us/request (%.3f s per 1,000); "
+              "p50 added %.0f us; sluice peak RSS %.1f MiB" % (
+                  out["ratio"], out["cpu_us_per_request"], out["cpu_s_per_1000"],
+                  out["p50_added_us"], hwm / 1024))
+    return out
+
+
+def scenario_new_connection(args, ctx):
+    o, s = ctx["origin"], ctx["start_sluice"]("new-connection")
+    base = ["--mode", "new-connection", "--connections", str(args.connections), "--requests",
+            str(args.handshake_requests), "--duration", str(args.duration), "--body-size",
+            str(args.body_size)]
+    try:
+        loadgen(args, ["--mode", "keepalive", "--connections", "1", "--requests", "5"],
+                o.port, s.ca, s.port)
+        direct = loadgen(args, base, o.port, ctx["bench_ca"])
+        proxied, cpu = measured(s, lambda: loadgen(args, base, o.port, s.ca, s.port))
+        resumed, cpu_r = measured(s, lambda: loadgen(args, base + ["--resume"], o.port, s.ca,
+                                                      s.port))
+        hwm = s.hwm_kib()
+    finally:
+        s.stop()
+    print("new-connection: one %d-byte POST per fresh CONNECT + TLS, %d concurrent" % (
+        args.body_size, args.connections))
+    show("direct", direct)
+    show("through sluice", proxied)
+    show("sluice, client resumes", resumed)
+    out = {"direct": direct, "proxied": proxied, "proxied_client_resume": resumed,
+           "sluice_cpu_s": cpu, "sluice_peak_rss_kib": hwm}
+    if proxied["ok"]:
+        out["ratio"] = proxied["handshakes_per_s"] / max(direct["handshakes_per_s"], 1e-9)
+        out["cpu_us_per_connection"] = cpu / proxied["ok"] * 1e6
+        out["cpu_us_per_connection_client_resume"] = cpu_r / max(resumed["ok"], 1) * 1e6
+        print("  ratio sluice/direct %.3f; sluice CPU %.0f us per new connection (%.0f us "
+              "when the client resumes); peak RSS %.1f MiB" % (
+                  out["ratio"], out["cpu_us_per_connection"],
+                  out["cpu_us_per_connection_client_resume"], hwm / 1024))
+    return out
+
+
+def scenario_idle(args, ctx):
+    results = []
+    for n in args.idle_counts:
+        o, s = ctx["origin"], ctx["start_sluice"]("idle-%d" % n)
+        try:
+            loadgen(args, ["--mode", "keepalive", "--connections", "1", "--requests", "5"],
+                    o.port, s.ca, s.port)
+            time.sleep(0.2)
+            before = s.rss_kib()
+            cmd = [tool(args, "sluice_loadgen"), "--target",
+                   "127.0.0.1:%d" % o.port, "--sni", "localhost", "--ca", s.ca, "--proxy",
+                   "127.0.0.1:%d" % s.port, "--mode", "idle", "--connections", str(n),
+                   "--hold", str(args.hold), "--duration", str(args.duration),
+                   "--threads", str(args.loadgen_threads), "--body-size",
+                   str(args.body_size)]
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            ready, lines = False, []
+            for raw in p.stdout:
+                line = raw.decode(errors="replace").rstrip()
+                lines.append(line)
+                if line.startswith("idle-ready"):
+                    ready = True
+                    break
+            rss = s.rss_kib() if ready else 0
+            active = n if ready else 0
+            rest, _ = p.communicate(timeout=args.hold + args.duration + 60)
+            lines += rest.decode(errors="replace").splitlines()
+            res = next((json.loads(l[len("loadgen-json "):]) for l in lines
+                        if l.startswith("loadgen-json ")), {"ok": 0, "errors": n,
+                                                             "first_error": "no result"})
+            per = (rss - before) / n if ready else None
+            print("idle: %d intercepted keep-alive connections: %s" % (
+                n, ("RSS %.1f MiB -> %.1f MiB, %.1f KiB per connection" % (
+                    before / 1024, rss / 1024, per)) if ready else
+                "not all opened (%s)" % res.get("first_error")))
+            results.append({"connections": n, "ready": ready, "rss_before_kib": before,
+                            "rss_idle_kib": rss, "kib_per_connection": per, "open": active,
+                            "loadgen": res, "command": " ".join(cmd)})
+        finally:
+            s.stop()
+    return results
+
+
+def scenario_upload(args, ctx):
+    o, s = ctx["origin"], ctx["start_sluice"]("upload", max_body=args.upload_max_body)
+    base = ["--mode", "upload", "--body-size", str(args.upload_size), "--duration",
+            str(args.duration)]
+    try:
+        direct = loadgen(args, base, o.port, ctx["bench_ca"], timeout=args.duration + 600)
+        proxied, cpu = measured(s, lambda: loadgen(args, base, o.port, s.ca, s.port,
+                                                   timeout=args.duration + 600))
+        hwm = s.hwm_kib()
+    finally:
+        s.stop()
+    print("upload: one %d-byte body streamed" % args.upload_size)
+    show("direct", direct)
+    show("through sluice", proxied)
+    print("  sluice peak RSS %.1f MiB, CPU %.2f s" % (hwm / 1024, cpu))
+    return {"direct": direct, "proxied": proxied, "sluice_peak_rss_kib": hwm,
+            "sluice_cpu_s": cpu}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", required=True, help="build dir with sluice, sluice_loadgen, "
+                    "sluice_bench_origin")
+    ap.add_argument("--scenarios", default="keepalive,new-connection,idle,upload")
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=200000)
+    ap.add_argument("--handshake-requests", type=int, default=20000)
+    ap.add_argument("--duration", type=float, default=15.0, help="seconds per run (bound)")
+    ap.add_argument("--body-size", type=int, default=1024)
+    ap.add_argument("--idle-counts", default="1000,10000")
+    ap.add_argument("--hold", type=float, default=3.0)
+    ap.add_argument("--upload-size", type=int, default=1 << 30)
+    ap.add_argument("--upload-max-body", default=None,
+                    help="dlp.max_body for the upload run (default: sluice's default)")
+    ap.add_argument("--audit-fsync", default="always", help="audit.fsync (always, or 1s)")
+    ap.add_argument("--loadgen-threads", type=int, default=1)
+    ap.add_argument("--origin-threads", type=int, default=2)
+    ap.add_argument("--json-out", help="write every figure to this file")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny bounded workload; exit 1 on any error (ctest)")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+    if args.smoke:
+        args.requests, args.handshake_requests, args.duration = 50, 20, 20.0
+        args.connections = 4
+        args.idle_counts, args.hold, args.upload_size = "20", 0.5, 256 * 1024
+        args.scenarios = "keepalive,new-connection,idle,upload"
+    args.idle_counts = [int(x) for x in str(args.idle_counts).split(",") if x]
+
+    # Each idle connection holds a client socket and an upstream socket in sluice, one
+    # socket in the load generator and one in the origin: raise the limit for children.
+    need = 2 * max(args.idle_counts or [0]) + 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max(soft, need)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, max(hard, want)))
+    except (ValueError, OSError):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if limit < need:
+        print("note: open file limit %d; idle counts above %d are skipped" % (
+            limit, (limit - 1024) // 2))
+        args.idle_counts = [n for n in args.idle_counts if 2 * n + 1024 <= limit]
+
+    tmp = tempfile.mkdtemp(prefix="sluice-bench-")
+    bench_ca, bench_key = make_ca(tmp)
+    o = origin(tool(args, "sluice_bench_origin"), bench_ca, bench_key,
+               args.origin_threads)
+    running = []
+
+    def start_sluice(name, max_body=None):
+        s = sluice(tool(args, "sluice"), tmp, name, o.port, bench_ca,
+                   args.audit_fsync, max_body)
+        running.append(s)
+        return s
+
+    ctx = {"origin": o, "start_sluice": start_sluice, "bench_ca": bench_ca}
+    figures = {"nproc": os.cpu_count(), "audit_fsync": args.audit_fsync,
+               "command": " ".join(sys.argv)}
+    scenarios = {"keepalive": scenario_keepalive, "new-connection": scenario_new_connection,
+                 "idle": scenario_idle, "upload": scenario_upload}
+    failed = False
+    try:
+        for name in [x for x in args.scenarios.split(",") if x]:
+            figures[name] = scenarios[name](args, ctx)
+    finally:
+        for s in running:
+            s.stop()
+        o.stop()
+        if args.keep:
+            print("scratch folder kept: " + tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(figures, f, indent=2)
+    if args.smoke:
+        # Every run must complete with no errors; the upload is over max_body when the
+        # default applies, so only its direct leg must succeed.
+        checks = []
+        for name in ("keepalive", "new-connection"):
+            for leg in ("direct", "proxied"):
+                checks.append((name + " " + leg, figures[name][leg]))
+        checks.append(("upload direct", figures["upload"]["direct"]))
+        checks.append(("upload proxied", figures["upload"]["proxied"]))
+        for i in figures["idle"]:
+            checks.append(("idle %d" % i["connections"], i["loadgen"]))
+            if not i["ready"]:
+                failed = True
+                print("FAIL idle: not every connection opened")
+        for label, r in checks:
+            if r["errors"] or not r["ok"]:
+                failed = True
+                print("FAIL %s: %d ok, %d errors: %s" % (label, r["ok"], r["errors"],
+                                                        r["first_error"]))
+        print("smoke: " + ("FAIL" if failed else "ok"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
