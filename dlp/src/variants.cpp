@@ -180,6 +180,40 @@ bool mostly_printable(std::string_view d) noexcept {
     return d.size() >= 8 && text_count(d) * 5 >= d.size() * 4;
 }
 
+constexpr std::array<unsigned char, 256> make_b64_values() {
+    std::array<unsigned char, 256> t{};
+    for (int i = 0; i < 26; ++i) {
+        t['A' + i] = static_cast<unsigned char>(i);
+        t['a' + i] = static_cast<unsigned char>(26 + i);
+    }
+    for (int i = 0; i < 10; ++i)
+        t['0' + i] = static_cast<unsigned char>(52 + i);
+    t['+'] = t['-'] = 62;
+    t['/'] = t['_'] = 63;
+    return t;
+}
+constexpr auto b64_values = make_b64_values();
+
+// Most 16+ runs of the base64 alphabets in text are identifiers and paths: a run is
+// decoded only when its first 16 characters (all in the alphabets) decode to 12 bytes
+// that read as text or start a compressed stream (a secret's base64 starts at the run's
+// start; binary payloads are dropped anyway). Decoded on the stack: this runs for every
+// such run.
+bool plausible_b64(const unsigned char* p) noexcept {
+    char buf[12];
+    for (int g = 0; g < 4; ++g) {
+        const unsigned char* q = p + 4 * g;
+        const std::uint32_t v = (std::uint32_t{b64_values[q[0]]} << 18) |
+                                (std::uint32_t{b64_values[q[1]]} << 12) |
+                                (std::uint32_t{b64_values[q[2]]} << 6) | b64_values[q[3]];
+        buf[3 * g] = static_cast<char>(v >> 16);
+        buf[3 * g + 1] = static_cast<char>((v >> 8) & 0xFF);
+        buf[3 * g + 2] = static_cast<char>(v & 0xFF);
+    }
+    const std::string_view s(buf, sizeof buf);
+    return text_count(s) >= 9 || decode::looks_compressed(s);
+}
+
 std::string lower(std::string_view s) {
     std::string out(s);
     for (auto& ch : out)
@@ -251,15 +285,19 @@ struct chunk_masks {
     std::uint64_t ampnext = 0; // '#' or a letter (after '&')
 };
 
-__extension__ typedef unsigned __int128 u128;
-
 // What the candidate loop visits in one chunk: bit k stands for byte c + k.
 struct chunk_events {
-    std::uint64_t b64 = 0;  ///< a run of 16+ base64-alphabet bytes covers k..k+15
-    std::uint64_t hex = 0;  ///< a run of 16+ hex digits and delimiters covers k..k+15
-    std::uint64_t trig = 0; ///< a trigger that starts an escape worth decoding
-    u128 hexdig = 0;        ///< hex digits of this chunk and the next
+    std::uint64_t b64 = 0;         ///< a run of 16+ base64-alphabet bytes covers k..k+15
+    std::uint64_t hex = 0;         ///< a run of 16+ hex digits and delimiters covers k..k+15
+    std::uint64_t trig = 0;        ///< a trigger that starts an escape worth decoding
+    std::uint64_t hexdig = 0;      ///< hex digits of this chunk
+    std::uint64_t hexdig_next = 0; ///< and of the next one
     bool any() const noexcept { return (b64 | hex | trig) != 0; }
+    /// Hex digits among bytes k..k+15.
+    unsigned hex_digits(unsigned k) const noexcept {
+        const std::uint64_t w = k == 0 ? hexdig : (hexdig >> k) | (hexdig_next << (64 - k));
+        return static_cast<unsigned>(__builtin_popcountll(w & 0xFFFFu));
+    }
 };
 
 struct chunk_hit {
@@ -267,30 +305,50 @@ struct chunk_hit {
     chunk_events ev;
 };
 
+// The masks of the chunk after the last hit: the next search usually starts there.
+struct mask_cache {
+    std::size_t at = std::numeric_limits<std::size_t>::max();
+    chunk_masks masks;
+};
+
+// Bit k set when bits k..k+15 of the 128-bit value hi:lo are all set (k < 64).
+[[gnu::always_inline]] inline std::uint64_t runs16(std::uint64_t lo, std::uint64_t hi) noexcept {
+    lo &= (lo >> 1) | (hi << 63);
+    hi &= hi >> 1;
+    lo &= (lo >> 2) | (hi << 62);
+    hi &= hi >> 2;
+    lo &= (lo >> 4) | (hi << 60);
+    hi &= hi >> 4;
+    return lo & ((lo >> 8) | (hi << 56));
+}
+
+// True when a 16-run can start in [0, 64) of hi:lo: such a run covers a whole aligned
+// byte of lo, or the low byte of hi. The cheap test that rejects most chunks.
+[[gnu::always_inline]] inline bool may_run16(std::uint64_t lo, std::uint64_t hi) noexcept {
+    const std::uint64_t t = ~lo;
+    const bool full_byte = ((t - 0x0101010101010101ull) & ~t & 0x8080808080808080ull) != 0;
+    return full_byte || (hi & 0xFF) == 0xFF;
+}
+
 // Chunk `a` (bytes [c, c+64)) with the next chunk `b` for lookahead.
 [[gnu::always_inline]] inline chunk_events events(const chunk_masks& a,
                                                   const chunk_masks& b) noexcept {
-    const auto wide = [](std::uint64_t lo, std::uint64_t hi) {
-        return static_cast<u128>(lo) | (static_cast<u128>(hi) << 64);
-    };
-    // Bit k of runs16 is set when bits k..k+15 are all set.
-    const auto runs16 = [](u128 x) {
-        x &= x >> 1;
-        x &= x >> 2;
-        x &= x >> 4;
-        x &= x >> 8;
-        return static_cast<std::uint64_t>(x);
-    };
     chunk_events e;
-    e.hexdig = wide(a.hexdig, b.hexdig);
+    e.hexdig = a.hexdig;
+    e.hexdig_next = b.hexdig;
+    // The byte after each byte of `a`, as masks.
+    const auto next = [](std::uint64_t x, std::uint64_t y) { return (x >> 1) | (y << 63); };
+    if ((a.pct | a.bs | a.amp) != 0)
+        e.trig = (a.pct & next(a.hexdig, b.hexdig)) | (a.bs & next(a.escnext, b.escnext)) |
+                 (a.amp & next(a.ampnext, b.ampnext));
+    if (may_run16(a.b64, b.b64))
+        e.b64 = runs16(a.b64, b.b64);
     // A space counts for hex only before a hex digit, so indentation and prose never
     // look like "67 68 70".
-    const u128 hexd = e.hexdig | wide(a.cd, b.cd) | (wide(a.sp, b.sp) & (e.hexdig >> 1));
-    e.trig = (a.pct & static_cast<std::uint64_t>(e.hexdig >> 1)) |
-             (a.bs & static_cast<std::uint64_t>(wide(a.escnext, b.escnext) >> 1)) |
-             (a.amp & static_cast<std::uint64_t>(wide(a.ampnext, b.ampnext) >> 1));
-    e.b64 = runs16(wide(a.b64, b.b64));
-    e.hex = runs16(hexd) & ~e.b64; // a hex run without delimiters is a base64 run too
+    const std::uint64_t hexd_a = a.hexdig | a.cd | (a.sp & next(a.hexdig, b.hexdig));
+    const std::uint64_t hexd_b = b.hexdig | b.cd | (b.sp & (b.hexdig >> 1));
+    if (may_run16(hexd_a, hexd_b))
+        e.hex = runs16(hexd_a, hexd_b) & ~e.b64; // plain hex is a base64 run too
     return e;
 }
 
@@ -300,18 +358,21 @@ struct chunk_hit {
     if (c >= n)                                                                                    \
         return {n, {}};                                                                            \
     if (c + 128 <= n) {                                                                            \
-        chunk_masks cur = CLASSIFY(d + c);                                                         \
+        chunk_masks cur = cache.at == c ? cache.masks : CLASSIFY(d + c);                           \
         while (c + 128 <= n) {                                                                     \
             const chunk_masks nxt = CLASSIFY(d + c + 64);                                          \
             const chunk_events ev = events(cur, nxt);                                              \
-            if (ev.any())                                                                          \
+            if (ev.any()) {                                                                        \
+                cache.at = c + 64;                                                                 \
+                cache.masks = nxt;                                                                 \
                 return {c, ev};                                                                    \
+            }                                                                                      \
             cur = nxt;                                                                             \
             c += 64;                                                                               \
         }                                                                                          \
     }                                                                                              \
     /* The last bytes: a zero-padded copy (a zero byte is in no class). */                         \
-    alignas(32) unsigned char pad[192] = {};                                                       \
+    alignas(64) unsigned char pad[192] = {};                                                       \
     std::memcpy(pad, d + c, n - c);                                                                \
     for (std::size_t off = 0; c + off < n; off += 64) {                                            \
         const chunk_events ev = events(CLASSIFY(pad + off), CLASSIFY(pad + off + 64));             \
@@ -368,7 +429,8 @@ inline __m128i eq(__m128i v, char c) noexcept {
     return m;
 }
 
-chunk_hit next_events_sse2(const unsigned char* d, std::size_t c, std::size_t n) noexcept {
+chunk_hit next_events_sse2(const unsigned char* d, std::size_t c, std::size_t n,
+                           mask_cache& cache) noexcept {
     SLUICE_NEXT_EVENTS_BODY(classify64_sse2)
 }
 
@@ -419,9 +481,71 @@ classify64_avx2(const unsigned char* p) noexcept {
     return m;
 }
 
-__attribute__((target("avx2"))) chunk_hit next_events_avx2(const unsigned char* d, std::size_t c,
-                                                           std::size_t n) noexcept {
+__attribute__((target("avx2"))) chunk_hit
+next_events_avx2(const unsigned char* d, std::size_t c, std::size_t n, mask_cache& cache) noexcept {
     SLUICE_NEXT_EVENTS_BODY(classify64_avx2)
+}
+
+// With AVX-512 VBMI one two-register byte permute looks up a class byte for all 64
+// bytes (ASCII only; bytes >= 0x80 are in no class) and each class is one test into a
+// mask register: a fifth of the AVX2 instructions. '%' and '&' share a bit, so a trigger
+// is accepted when the next byte suits either (a superset: visit() decides).
+constexpr unsigned char v_b64 = 1, v_hexdig = 2, v_cd = 4, v_sp = 8, v_pctamp = 16, v_bs = 32,
+                        v_escnext = 64, v_ampnext = 128;
+constexpr std::array<unsigned char, 128> make_vbmi_classes() {
+    std::array<unsigned char, 128> t{};
+    for (int ch = 0; ch < 128; ++ch) {
+        const bool digit = ch >= '0' && ch <= '9';
+        const bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+        const bool hexalpha = (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+        unsigned v = 0;
+        if (digit || alpha || ch == '+' || ch == '/' || ch == '-' || ch == '_')
+            v |= v_b64;
+        if (digit || hexalpha)
+            v |= v_hexdig;
+        if (ch == ':' || ch == '-')
+            v |= v_cd;
+        if (ch == ' ')
+            v |= v_sp;
+        if (ch == '%' || ch == '&')
+            v |= v_pctamp;
+        if (ch == '\\')
+            v |= v_bs;
+        if (ch == 'u' || ch == 'U' || ch == 'x' || ch == '/' || (ch >= '0' && ch <= '7'))
+            v |= v_escnext;
+        if (alpha || ch == '#')
+            v |= v_ampnext;
+        t[static_cast<std::size_t>(ch)] = static_cast<unsigned char>(v);
+    }
+    return t;
+}
+alignas(64) constexpr auto vbmi_classes = make_vbmi_classes();
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline chunk_masks
+classify64_vbmi(const unsigned char* p) noexcept {
+    const __m512i v = _mm512_loadu_si512(p);
+    const __m512i lo = _mm512_load_si512(vbmi_classes.data());
+    const __m512i hi = _mm512_load_si512(vbmi_classes.data() + 64);
+    const __m512i c = _mm512_maskz_permutex2var_epi8(~_mm512_movepi8_mask(v), lo, v, hi);
+#define SLUICE_VBMI_TEST(bit)                                                                      \
+    static_cast<std::uint64_t>(_mm512_test_epi8_mask(c, _mm512_set1_epi8(static_cast<char>(bit))))
+    chunk_masks m;
+    m.b64 = SLUICE_VBMI_TEST(v_b64);
+    m.hexdig = SLUICE_VBMI_TEST(v_hexdig);
+    m.cd = SLUICE_VBMI_TEST(v_cd);
+    m.sp = SLUICE_VBMI_TEST(v_sp);
+    m.pct = SLUICE_VBMI_TEST(v_pctamp);
+    m.amp = m.pct;
+    m.bs = SLUICE_VBMI_TEST(v_bs);
+    m.escnext = SLUICE_VBMI_TEST(v_escnext);
+    m.ampnext = SLUICE_VBMI_TEST(v_ampnext);
+#undef SLUICE_VBMI_TEST
+    return m;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) chunk_hit
+next_events_vbmi(const unsigned char* d, std::size_t c, std::size_t n, mask_cache& cache) noexcept {
+    SLUICE_NEXT_EVENTS_BODY(classify64_vbmi)
 }
 #endif
 #else
@@ -448,14 +572,20 @@ inline chunk_masks classify64_table(const unsigned char* p) noexcept {
 #endif
 
 // The first chunk at or after `c` with events ({n, {}} when none is left).
-chunk_hit next_events(const unsigned char* d, std::size_t c, std::size_t n) noexcept {
+chunk_hit next_events(const unsigned char* d, std::size_t c, std::size_t n,
+                      mask_cache& cache) noexcept {
 #if defined(__SSE2__)
 #if defined(SLUICE_HAVE_AVX2_SKIP)
+    static const bool vbmi = __builtin_cpu_supports("avx512vbmi") &&
+                             __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512f");
+    if (vbmi)
+        return next_events_vbmi(d, c, n, cache);
     static const bool avx2 = __builtin_cpu_supports("avx2");
     if (avx2)
-        return next_events_avx2(d, c, n);
+        return next_events_avx2(d, c, n, cache);
 #endif
-    return next_events_sse2(d, c, n);
+    return next_events_sse2(d, c, n, cache);
 #else
     SLUICE_NEXT_EVENTS_BODY(classify64_table)
 #endif
@@ -798,10 +928,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 // Most 16+ runs in text are identifiers and paths: decode 16 characters
                 // first and drop the run when those 12 bytes are not text (a secret's
                 // base64 starts at the run's start; binary payloads are dropped anyway).
-                decode::base64(data.substr(i, min_run), decoded);
-                const bool plausible =
-                    decode::looks_compressed(decoded) || text_count(decoded) >= 9;
-                if (plausible && decode::base64(data.substr(i, end - i), decoded)) {
+                if (plausible_b64(d + i) && decode::base64(data.substr(i, end - i), decoded)) {
                     auto st = binary("base64", i, end, useful);
                     if (st != variant_status::ok)
                         return st;
@@ -840,9 +967,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                             if (piece_hex) {
                                 ok = decode::hex(data.substr(p, q - p), decoded);
                             } else {
-                                decode::base64(data.substr(p, min_run), decoded);
-                                ok = (decode::looks_compressed(decoded) ||
-                                      text_count(decoded) >= 9) &&
+                                ok = plausible_b64(d + p) &&
                                      decode::base64(data.substr(p, qe - p), decoded);
                             }
                             if (ok) {
@@ -948,8 +1073,9 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         done = std::max(done, std::max(next, i + 1));
         return st;
     };
+    mask_cache cache;
     for (std::size_t from = 0; from < n;) {
-        const chunk_hit h = next_events(d, std::max(from, done), n);
+        const chunk_hit h = next_events(d, std::max(from, done), n, cache);
         if (h.at >= n)
             break;
         const std::size_t at = h.at;
@@ -984,8 +1110,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 hex &= ~bit;
                 // 16 bytes of hex digits and delimiters, at least 10 of them digits
                 // ("67:68:70:71:72:7"; not indentation or a run of spaces).
-                const auto digits =
-                    __builtin_popcount(static_cast<unsigned>(h.ev.hexdig >> k) & 0xFFFFu);
+                const unsigned digits = h.ev.hex_digits(k);
                 if (digits >= 10) {
                     while (s > done && (cls[d[s - 1]] & k_hexd))
                         --s;
