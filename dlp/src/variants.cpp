@@ -861,9 +861,8 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                     return variant_status::ok;
                 }
             }
-            // A run of the base64 alphabets, continued across line breaks when the lines
-            // have one of the usual wrap widths (PEM 64, MIME 76, others 60 and 72), all
-            // full lines the same width.
+            // A run of the base64 alphabets, continued across CRLF or LF line breaks when
+            // each line before a break holds 16+ alphabet bytes.
             std::size_t j = i;
             while (j < n && (cls[d[j]] & k_b64))
                 ++j;
@@ -874,8 +873,8 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 return variant_status::ok;
             }
             std::size_t line_start = i;
-            std::size_t width = 0;
             std::size_t first_line_end = npos;
+            std::size_t last_break = npos;
             bool wrapped = false;
             for (;;) {
                 if (j < n && (d[j] == '\n' || d[j] == '\r')) {
@@ -885,11 +884,12 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                         ++k;
                     if (k < n && d[k] == '\n')
                         ++k;
-                    const bool usual = line == 64 || line == 76 || line == 60 || line == 72;
-                    if (usual && (width == 0 || line == width) && k < n && (cls[d[k]] & k_b64)) {
-                        if (width == 0)
+                    // Any width of 16 or more, and lines of different widths (PEM 64,
+                    // MIME 76, tools at 60, 70 or 72, wrapping by hand).
+                    if (line >= min_run && k < n && (cls[d[k]] & k_b64)) {
+                        if (first_line_end == npos)
                             first_line_end = j;
-                        width = line;
+                        last_break = j;
                         wrapped = true;
                         j = k;
                         line_start = k;
@@ -941,6 +941,19 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                     if (decode::base64(data.substr(i, first_line_end - i), decoded)) {
                         bool u2 = false;
                         auto st = binary("base64", i, first_line_end, u2);
+                        if (st != variant_status::ok)
+                            return st;
+                    }
+                }
+                if (wrapped && last_break != first_line_end) {
+                    // Or the wrapped lines followed by one unrelated line (a multipart
+                    // boundary after unpadded base64), whose bytes would be decoded onto
+                    // the end of the secret: everything before the last line on its own.
+                    if (!count())
+                        return variant_status::over_budget;
+                    if (decode::base64(data.substr(i, last_break - i), decoded)) {
+                        bool u2 = false;
+                        auto st = binary("base64", i, last_break, u2);
                         if (st != variant_status::ok)
                             return st;
                     }
@@ -1347,6 +1360,24 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
             chain += '>';
         chain += name;
     };
+    // Compressed bytes without (another) Content-Encoding, recognised by their magic: a
+    // gzip/zlib/zstd file uploaded as is. A stream that breaks off is still scanned as
+    // far as it decodes; a bomb is over budget like a declared one.
+    {
+        std::string inflated;
+        std::string_view name;
+        const auto rc = decode::sniffed(data, decode_room(), inflated, name);
+        if (rc == decode::inflate_status::over_limit)
+            return variant_status::over_budget;
+        if (rc != decode::inflate_status::unknown && !inflated.empty()) {
+            if (!charge(inflated.size()))
+                return variant_status::over_budget;
+            step(name);
+            st = process(inflated, chain, 0, 0, npos, c);
+            if (st != variant_status::ok)
+                return st;
+        }
+    }
     std::string buf;
     if ((ct == "application/json" || (ct.size() > 5 && ct.ends_with("+json"))) &&
         (data.find("\\u") != std::string_view::npos ||

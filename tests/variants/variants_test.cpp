@@ -644,6 +644,186 @@ TEST_F(variants_test, candidate_budget_is_a_result_not_a_skip) {
     EXPECT_EQ(raw_only.scan(body, "body", out), variant_status::ok);
 }
 
+// Base64 wrapped at any width, regular or not, with CRLF or LF line ends.
+TEST_F(variants_test, base64_wrapped_at_any_width) {
+    const auto wrap = [](const std::string& in, const std::vector<std::size_t>& widths,
+                         std::string_view eol) {
+        std::string out;
+        std::size_t w = 0;
+        for (std::size_t p = 0; p < in.size();) {
+            const std::size_t n = widths[w++ % widths.size()];
+            if (p)
+                out += eol;
+            out += in.substr(p, n);
+            p += n;
+        }
+        return out;
+    };
+    const std::vector<std::vector<std::size_t>> shapes = {
+        {60}, {70}, {72}, {50}, {16}, {61, 58, 64, 17, 70}, {76, 40}};
+    for (const auto& t : tokens()) {
+        const std::string text = "settings exported on request\nAPI_KEY=" + t.text +
+                                 "\nregion=eu-west-1 retries=3 timeout=30s\n";
+        const std::string enc = b64(text, false, true);
+        for (const auto& widths : shapes) {
+            for (const std::string_view eol : {"\r\n", "\n"}) {
+                const std::string body = "attachment follows:\n" + wrap(enc, widths, eol) +
+                                         std::string(eol) + "thanks\n";
+                for (const std::string_view ct : {"text/plain", "application/octet-stream"}) {
+                    auto v = inspect("/v1/x", "api.example.com", {{"Content-Type", ct}}, body);
+                    EXPECT_TRUE(v.status == 403 && has_rule(v, t.rule))
+                        << t.rule << " width " << widths.front() << " (" << widths.size()
+                        << " widths) eol " << (eol.size() == 2 ? "CRLF" : "LF") << " " << ct << ": "
+                        << v.status << " " << v.reason;
+                }
+            }
+        }
+    }
+}
+
+static std::string zlib_compress(std::string_view in) {
+    uLongf len = compressBound(static_cast<uLong>(in.size()));
+    std::string out(len, '\0');
+    EXPECT_EQ(compress2(reinterpret_cast<Bytef*>(out.data()), &len,
+                        reinterpret_cast<const Bytef*>(in.data()), static_cast<uLong>(in.size()),
+                        6),
+              Z_OK);
+    out.resize(len);
+    return out;
+}
+
+static std::string zstd_compress(std::string_view in) {
+    std::string out(ZSTD_compressBound(in.size()), '\0');
+    const std::size_t n = ZSTD_compress(out.data(), out.size(), in.data(), in.size(), 3);
+    EXPECT_FALSE(ZSTD_isError(n));
+    out.resize(ZSTD_isError(n) ? 0 : n);
+    return out;
+}
+
+// Compressed bytes sent as they are, without Content-Encoding: recognised by their magic.
+TEST_F(variants_test, compressed_body_without_content_encoding) {
+    for (const auto& t : tokens()) {
+        const std::string text = "{\"note\": \"backup\", \"key\": \"" + t.text + "\"}\n";
+        const std::vector<std::pair<std::string, std::string>> forms = {
+            {"gzip", gzip(text)}, {"deflate", zlib_compress(text)}, {"zstd", zstd_compress(text)}};
+        for (const auto& [name, bytes] : forms) {
+            for (const std::string_view ct : {"application/octet-stream", "application/gzip", ""}) {
+                std::vector<header_view> h;
+                if (!ct.empty())
+                    h.push_back({"Content-Type", ct});
+                auto v = inspect("/upload", "api.example.com", h, bytes);
+                EXPECT_TRUE(v.status == 403 && has_rule(v, t.rule))
+                    << t.rule << " " << name << " as " << ct << ": " << v.status;
+                // zstd keeps short literals as they are (the raw pass sees them); its
+                // decoding is checked below.
+                bool named = name == "zstd";
+                for (const auto& f : v.findings)
+                    named = named || f.variant == name;
+                EXPECT_TRUE(named) << t.rule << " " << name << ": variant not named";
+            }
+        }
+    }
+    std::string out;
+    std::string_view name;
+    const std::string text = "zstd frame " + std::string(100, 'z');
+    EXPECT_EQ(decode::sniffed(zstd_compress(text), 1 << 20, out, name), decode::inflate_status::ok);
+    EXPECT_EQ(name, "zstd");
+    EXPECT_EQ(out, text);
+    EXPECT_EQ(decode::sniffed("plain text", 1 << 20, out, name), decode::inflate_status::unknown);
+    // A stream cut short is still read as far as it goes.
+    const std::string token = first_example("github-pat-classic");
+    std::string padded = "{\"key\": \"" + token + "\", \"pad\": \"";
+    std::mt19937 rng(7);
+    for (int i = 0; i < 20000; ++i)
+        padded += static_cast<char>('a' + rng() % 26);
+    padded += "\"}";
+    const std::string gz = gzip(padded);
+    auto cut = inspect("/upload", "api.example.com", {}, gz.substr(0, gz.size() / 2));
+    EXPECT_EQ(cut.status, 403);
+    EXPECT_TRUE(has_rule(cut, "github-pat-classic"));
+    // Clean compressed bytes and bytes that only look like a zlib header pass.
+    auto clean = inspect("/upload", "api.example.com", {}, gzip("{\"messages\": [\"hello\"]}"));
+    EXPECT_EQ(clean.status, 200);
+    std::string fake = "\x78\x9c";
+    for (int i = 0; i < 200; ++i)
+        fake += static_cast<char>(rng() & 0xff);
+    auto f = inspect("/upload", "api.example.com", {}, fake);
+    EXPECT_EQ(f.status, 200);
+    // A bomb without Content-Encoding is over budget like a declared one.
+    const std::string bomb = gzip(std::string(32u << 20, '\0'));
+    ASSERT_LT(bomb.size(), 256u << 10);
+    auto b =
+        inspect("/upload", "api.example.com", {{"Content-Type", "application/octet-stream"}}, bomb);
+    EXPECT_EQ(b.status, 413);
+    EXPECT_EQ(b.reason, "decode_budget");
+}
+
+// JSON/JavaScript escapes in bodies that are not JSON: text, unknown and missing types.
+TEST_F(variants_test, json_escapes_in_non_json_bodies) {
+    // Mathematical bold letters and digits: outside the BMP (surrogate pairs in \u
+    // escapes), folded to ASCII by NFKD.
+    const auto bold = [](std::string_view in) {
+        std::string out;
+        for (const char ch : in) {
+            std::uint32_t cp = static_cast<unsigned char>(ch);
+            if (ch >= 'A' && ch <= 'Z')
+                cp = 0x1D400 + (ch - 'A');
+            else if (ch >= 'a' && ch <= 'z')
+                cp = 0x1D41A + (ch - 'a');
+            else if (ch >= '0' && ch <= '9')
+                cp = 0x1D7CE + (ch - '0');
+            if (cp < 0x80) {
+                out += static_cast<char>(cp);
+            } else {
+                out += static_cast<char>(0xF0 | (cp >> 18));
+                out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+                out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+                out += static_cast<char>(0x80 | (cp & 0x3F));
+            }
+        }
+        return out;
+    };
+    // RFC 8259 escaping with the short forms (\n, \", \\).
+    const auto json_short = [](std::string_view in) {
+        std::string out;
+        for (const char ch : in) {
+            if (ch == '\n')
+                out += "\\n";
+            else if (ch == '\r')
+                out += "\\r";
+            else if (ch == '"')
+                out += "\\\"";
+            else if (ch == '\\')
+                out += "\\\\";
+            else
+                out += ch;
+        }
+        return out;
+    };
+    for (const auto& t : tokens()) {
+        const std::vector<std::pair<std::string, std::string>> forms = {
+            {"\\u", js_u(t.text)},
+            {"\\x", hexenc(t.text, "", "\\x")},
+            {"surrogate pairs", js_u(bold(t.text))},
+            {"\\n \\\" mixed with \\u", json_short("say \"") + t.text.substr(0, 2) +
+                                            js_u(t.text.substr(2, 6)) +
+                                            json_short(t.text.substr(8) + "\"\n")},
+        };
+        for (const auto& [name, esc] : forms) {
+            const std::string body =
+                "log line 1\nrequest={\"input\": \"" + esc + "\", \"n\": 2}\nlog line 3\n";
+            for (const std::string_view ct : {"text/plain", "application/x-unknown", ""}) {
+                std::vector<header_view> h;
+                if (!ct.empty())
+                    h.push_back({"Content-Type", ct});
+                auto v = inspect("/v1/x", "api.example.com", h, body);
+                EXPECT_TRUE(v.status == 403 && has_rule(v, t.rule))
+                    << t.rule << " " << name << " in " << ct << ": " << v.status;
+            }
+        }
+    }
+}
+
 TEST(decoders, unit_cases) {
     std::string out;
     EXPECT_TRUE(decode::base64("aGVsbG8gd29ybGQ", out));

@@ -146,6 +146,26 @@ bool looks_compressed(std::string_view d) noexcept {
     return (b0 & 0x0f) == 8 && (b0 >> 4) <= 7 && ((b0 << 8) | b1) % 31 == 0 && !(b1 & 0x20);
 }
 
+inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
+                       std::string_view& name) {
+    out.clear();
+    const auto* b = reinterpret_cast<const unsigned char*>(in.data());
+    if (in.size() >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd) {
+        name = "zstd";
+        return zstd(in, limit, out);
+    }
+    if (in.size() >= 3 && b[0] == 0x1f && b[1] == 0x8b && b[2] == 8) {
+        name = "gzip";
+        return zlib_inflate(in, 15 + 32, limit, out);
+    }
+    if (looks_compressed(in)) {
+        // zlib only: raw DEFLATE has no magic, and text can start like a zlib header.
+        name = "deflate";
+        return zlib_inflate(in, 15, limit, out);
+    }
+    return inflate_status::unknown;
+}
+
 inflate_status content(std::string_view coding, std::string_view in, std::size_t limit,
                        std::string& out) {
     out.clear();

@@ -53,6 +53,14 @@ enum class inflate_status {
 inflate_status content(std::string_view coding, std::string_view in, std::size_t limit,
                        std::string& out);
 
+/// A compressed stream recognised by its magic, for bytes that came without a
+/// Content-Encoding: zstd (28 b5 2f fd), gzip (1f 8b 08) or zlib (CMF/FLG check). `name`
+/// is set to "zstd", "gzip" or "deflate"; `unknown` when no magic matches. On `error`
+/// (truncated or corrupt stream) `out` holds what was decoded before the fault, which is
+/// still worth scanning. Bounded by `limit` like content().
+inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
+                       std::string_view& name);
+
 /// True if `data` starts like a gzip member (1f 8b 08) or a zlib stream (CMF/FLG check).
 bool looks_compressed(std::string_view data) noexcept;
 
