@@ -1,0 +1,331 @@
+// The WebSocket session pair (websocket_relay.hpp): the coroutine bodies and their
+// explicit instantiations for the stream pairs flow.cpp runs exchanges on. Kept out of
+// flow.cpp so the Beast WebSocket templates (with permessage-deflate) are compiled once,
+// in this translation unit.
+#include "ref_layer.hpp"
+#include "websocket_relay.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace sluice::proxy {
+
+namespace ws_detail {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+inline constexpr auto as_tuple = net::as_tuple(net::use_awaitable);
+
+inline constexpr auto handshake_timeout = std::chrono::seconds(15);
+inline constexpr auto idle_timeout = std::chrono::seconds(300);
+
+/// Fields of the client's upgrade request (as brokered) that go to the origin: not the
+/// ones Beast writes itself for its own handshake.
+bool forwarded_field(std::string_view name);
+
+struct session_state {
+    audit_record rec;
+    std::uint64_t messages_up = 0;
+    std::uint64_t messages_down = 0;
+    bool closing = false; ///< one side started shutting the session down
+    bool interrupted = false;
+};
+
+template <class WsFrom, class WsTo>
+net::awaitable<void> close_pair(WsFrom& a, WsTo& b, websocket::close_reason why) {
+    co_await a.async_close(why, as_tuple);
+    co_await b.async_close(why, as_tuple);
+}
+
+// Client to origin: whole messages, each inspected before a byte of it goes upstream.
+template <class WsClient, class WsUp>
+net::awaitable<void> pump_up(WsClient& cl, WsUp& up, ws_session_context& ctx,
+                             session_state& st, ws_message_inspector* ins) {
+    beast::flat_buffer buf;
+    for (;;) {
+        auto [ec, n] = co_await cl.async_read(buf, as_tuple);
+        if (ec) {
+            if (st.closing)
+                co_return;
+            st.closing = true;
+            if (ec == websocket::error::closed) {
+                // The client closed: pass its code on (not its reason text, unscanned).
+                websocket::close_reason why(cl.reason().code);
+                co_await up.async_close(why, as_tuple);
+            } else if (ec == websocket::error::message_too_big) {
+                // Beast already sent the client 1009; the message never went upstream.
+                audit_record r = st.rec;
+                r.decision = "deny";
+                r.reason = "body_too_large";
+                r.bytes_up = r.bytes_down = 0;
+                if (ctx.stats)
+                    ctx.stats->on_ws_message("up", "deny");
+                ctx.audit(std::move(r));
+                co_await up.async_close(websocket::close_code::too_big, as_tuple);
+            } else {
+                st.interrupted = true;
+                co_await up.async_close(websocket::close_code::going_away, as_tuple);
+            }
+            co_return;
+        }
+        const bool text = cl.got_text();
+        if (ins != nullptr) {
+            std::string_view msg(static_cast<const char*>(buf.data().data()), buf.size());
+            auto started = std::chrono::steady_clock::now();
+            dlp::verdict v = ins->on_message(msg);
+            if (ctx.stats)
+                count_scan(*ctx.stats, started, msg.size());
+            if (v.kind != dlp::verdict_kind::forward) {
+                st.closing = true;
+                audit_record r = st.rec;
+                r.decision = "deny";
+                r.reason = v.kind == dlp::verdict_kind::supervise ? "approval_unavailable"
+                                                                  : v.reason;
+                for (const auto& f : v.findings)
+                    r.findings.push_back({f.rule, f.location, f.variant, f.offset, f.fingerprint});
+                r.bytes_up = r.bytes_down = 0;
+                if (ctx.stats)
+                    ctx.stats->on_ws_message("up", "deny");
+                ctx.audit(std::move(r));
+                websocket::close_reason why(v.status == 500 ? websocket::close_code::internal_error
+                                                            : websocket::close_code::policy_error);
+                co_await close_pair(up, cl, why);
+                co_return;
+            }
+            // Logged findings (on_finding: log) go into the session's record.
+            for (const auto& f : v.findings)
+                st.rec.findings.push_back({f.rule, f.location, f.variant, f.offset, f.fingerprint});
+        }
+        ++st.messages_up;
+        st.rec.bytes_up += n;
+        if (ctx.stats)
+            ctx.stats->on_ws_message("up", "allow");
+        up.text(text);
+        auto [wec, wn] = co_await up.async_write(buf.data(), as_tuple);
+        buf.consume(buf.size());
+        if (wec) {
+            if (!st.closing) {
+                st.closing = true;
+                st.interrupted = true;
+                co_await cl.async_close(websocket::close_code::going_away, as_tuple);
+            }
+            co_return;
+        }
+    }
+}
+
+// Origin to client: relayed as they come, type preserved, brokered secrets masked.
+template <class WsUp, class WsClient>
+net::awaitable<void> pump_down(WsUp& up, WsClient& cl, ws_session_context& ctx,
+                               session_state& st) {
+    beast::flat_buffer buf;
+    std::string masked;
+    for (;;) {
+        auto [ec, n] = co_await up.async_read(buf, as_tuple);
+        if (ec) {
+            if (st.closing)
+                co_return;
+            st.closing = true;
+            if (ec == websocket::error::closed) {
+                websocket::close_reason why = up.reason();
+                if (ctx.masker != nullptr && ctx.masker->active()) {
+                    std::string reason(why.reason.data(), why.reason.size());
+                    st.rec.masked_bytes += ctx.masker->mask(reason);
+                    why.reason = reason;
+                }
+                co_await cl.async_close(why, as_tuple);
+            } else if (ec == websocket::error::message_too_big) {
+                co_await cl.async_close(websocket::close_code::too_big, as_tuple);
+            } else {
+                st.interrupted = true;
+                co_await cl.async_close(websocket::close_code::going_away, as_tuple);
+            }
+            co_return;
+        }
+        const bool text = up.got_text();
+        ++st.messages_down;
+        st.rec.bytes_down += n;
+        if (ctx.stats)
+            ctx.stats->on_ws_message("down", "allow");
+        cl.text(text);
+        boost::system::error_code wec;
+        if (ctx.masker != nullptr && ctx.masker->active()) {
+            masked = beast::buffers_to_string(buf.data());
+            st.rec.masked_bytes += ctx.masker->mask(masked);
+            std::tie(wec, std::ignore) = co_await cl.async_write(net::buffer(masked), as_tuple);
+        } else {
+            std::tie(wec, std::ignore) = co_await cl.async_write(buf.data(), as_tuple);
+        }
+        buf.consume(buf.size());
+        if (wec) {
+            if (!st.closing) {
+                st.closing = true;
+                st.interrupted = true;
+                co_await up.async_close(websocket::close_code::going_away, as_tuple);
+            }
+            co_return;
+        }
+    }
+}
+
+template <class Ws>
+void common_options(Ws& ws, std::size_t max_message, bool server) {
+    websocket::stream_base::timeout t{};
+    t.handshake_timeout = handshake_timeout;
+    t.idle_timeout = idle_timeout;
+    t.keep_alive_pings = true;
+    ws.set_option(t);
+    websocket::permessage_deflate pmd;
+    pmd.server_enable = server;
+    pmd.client_enable = !server;
+    ws.set_option(pmd);
+    ws.read_message_max(max_message);
+    ws.auto_fragment(false);
+}
+
+} // namespace ws_detail
+
+template <class ClientStream, class UpstreamStream>
+boost::asio::awaitable<ws_outcome>
+relay_websocket(ClientStream& client,
+                const boost::beast::http::request<boost::beast::http::string_body>& req,
+                const boost::beast::http::request<boost::beast::http::string_body>& out,
+                UpstreamStream& upstream, ws_session_context& ctx, audit_record& rec) {
+    using namespace ws_detail;
+    using namespace boost::asio::experimental::awaitable_operators;
+    auto started = std::chrono::steady_clock::now();
+    const std::size_t max_message = ctx.policy->dlp.max_body;
+
+    // The websocket streams keep their own deadlines (ws_detail timeouts).
+    beast::get_lowest_layer(client).expires_never();
+    beast::get_lowest_layer(upstream).expires_never();
+
+    websocket::stream<UpstreamStream&> up(upstream);
+    common_options(up, max_message, false);
+    up.set_option(websocket::stream_base::decorator([&out](websocket::request_type& r) {
+        std::vector<std::string> replaced;
+        for (const auto& f : out) {
+            std::string name(f.name_string());
+            if (!forwarded_field(name))
+                continue;
+            if (std::find(replaced.begin(), replaced.end(), name) == replaced.end()) {
+                r.erase(name);
+                replaced.push_back(name);
+            }
+            r.insert(f.name_string(), f.value());
+        }
+    }));
+    websocket::response_type res;
+    auto [hec] = co_await up.async_handshake(res, out[http::field::host], out.target(), as_tuple);
+    if (hec == websocket::error::upgrade_declined) {
+        // The origin answered, just not with 101: that answer is the client's (masked).
+        http::response<http::string_body> answer{res.result(), 11};
+        answer.reason(res.reason());
+        for (const auto& f : res) {
+            if (f.name() == http::field::connection || f.name() == http::field::keep_alive ||
+                f.name() == http::field::transfer_encoding ||
+                f.name() == http::field::content_length || f.name() == http::field::upgrade)
+                continue;
+            std::string v(f.value());
+            if (ctx.masker != nullptr)
+                rec.masked_bytes += ctx.masker->mask(v);
+            answer.insert(f.name_string(), v);
+        }
+        answer.body() = std::move(res.body());
+        if (ctx.masker != nullptr)
+            rec.masked_bytes += ctx.masker->mask(answer.body());
+        answer.keep_alive(false);
+        answer.prepare_payload();
+        beast::get_lowest_layer(client).expires_after(handshake_timeout);
+        auto [wec, wn] = co_await http::async_write(client, answer, as_tuple);
+        rec.decision = "allow";
+        rec.reason = wec ? "relay_interrupted" : "";
+        rec.bytes_down = answer.body().size();
+        rec.duration_ms = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  started)
+                .count());
+        ctx.audit(rec);
+        co_return ws_outcome::answered;
+    }
+    if (hec)
+        co_return ws_outcome::upstream_failed;
+
+    // The client's session: the origin's subprotocol choice, our own extension answer.
+    std::string protocol(res[http::field::sec_websocket_protocol]);
+    websocket::stream<ClientStream&> cl(client);
+    common_options(cl, max_message, true);
+    cl.set_option(websocket::stream_base::decorator([&](websocket::response_type& r) {
+        r.erase(http::field::server);
+        if (!protocol.empty())
+            r.set(http::field::sec_websocket_protocol, protocol);
+        r.set("X-Sluice-Flow", ctx.flow);
+    }));
+    auto [aec] = co_await cl.async_accept(req, as_tuple);
+    session_state st;
+    st.rec = rec;
+    st.rec.websocket = true;
+    if (aec) {
+        co_await up.async_close(websocket::close_code::going_away, as_tuple);
+        st.interrupted = true;
+    } else {
+        std::optional<ws_message_inspector> ins;
+        if (ctx.inspect)
+            ins.emplace(*ctx.policy, ctx.rules, ctx.variants,
+                        ws_message_inspector::tail_for(*ctx.rules));
+        co_await (pump_up(cl, up, ctx, st, ins ? &*ins : nullptr) && pump_down(up, cl, ctx, st));
+    }
+    st.rec.decision = "allow";
+    st.rec.reason = st.interrupted ? "relay_interrupted" : "";
+    st.rec.ws_messages_up = st.messages_up;
+    st.rec.ws_messages_down = st.messages_down;
+    st.rec.duration_ms = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                              started)
+            .count());
+    ctx.audit(std::move(st.rec));
+    co_return ws_outcome::relayed;
+}
+
+
+// The stream pairs of flow.cpp's run_exchange: plain client (absolute-form ws://), TLS
+// proxy listener client (ws://), intercepted CONNECT (wss://), and CONNECT inside an
+// HTTPS proxy listener (TLS inside TLS).
+namespace {
+using tcp_s = boost::beast::tcp_stream;
+using tls_s = boost::beast::ssl_stream<tcp_s>;
+using inner_s = boost::beast::ssl_stream<ref_layer<tls_s>>;
+using request = boost::beast::http::request<boost::beast::http::string_body>;
+} // namespace
+
+template boost::asio::awaitable<ws_outcome>
+relay_websocket<tcp_s, tcp_s>(tcp_s&, const request&, const request&, tcp_s&,
+                              ws_session_context&, audit_record&);
+template boost::asio::awaitable<ws_outcome>
+relay_websocket<tls_s, tcp_s>(tls_s&, const request&, const request&, tcp_s&,
+                              ws_session_context&, audit_record&);
+template boost::asio::awaitable<ws_outcome>
+relay_websocket<tls_s, tls_s>(tls_s&, const request&, const request&, tls_s&,
+                              ws_session_context&, audit_record&);
+template boost::asio::awaitable<ws_outcome>
+relay_websocket<inner_s, tls_s>(inner_s&, const request&, const request&, tls_s&,
+                                ws_session_context&, audit_record&);
+
+} // namespace sluice::proxy
