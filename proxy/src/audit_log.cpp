@@ -289,9 +289,20 @@ bool audit_log::append(const audit_record& r) {
     }
     if (r.masked_bytes > 0)
         o["masked_bytes"] = r.masked_bytes;
+    if (r.websocket) {
+        o["ws_messages_up"] = r.ws_messages_up;
+        o["ws_messages_down"] = r.ws_messages_down;
+    }
     o["bytes_up"] = r.bytes_up;
     o["bytes_down"] = r.bytes_down;
     o["duration_ms"] = r.duration_ms;
+    if (r.approval) {
+        boost::json::object a;
+        a["id"] = r.approval->id;
+        a["by"] = r.approval->by;
+        a["at"] = r.approval->at;
+        o["approval"] = std::move(a);
+    }
     o["prev"] = prev_hash_;
     // The hash covers the serialised record without its own "hash" member (which is
     // always last), so a verifier hashes the line up to that member plus '}'.

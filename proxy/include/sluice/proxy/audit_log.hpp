@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +38,13 @@ struct audit_finding {
     std::string variant;  ///< raw, or a decode chain
     std::size_t offset = 0;
     std::string fingerprint; ///< sha256:<16 hex>
+};
+
+/// Who decided a supervised request, and when (RFC 3339, UTC, ms).
+struct audit_approval {
+    std::string id;
+    std::string by;
+    std::string at;
 };
 
 /// One decision. `ts` and `seq`, `prev` and `hash` are filled in by the log.
@@ -59,6 +67,13 @@ struct audit_record {
     /// Response bytes hidden because they reflected an injected secret ("masked_bytes",
     /// written when not 0).
     std::uint64_t masked_bytes = 0;
+    /// Set where supervised (written as "approval": {id, by, at}).
+    std::optional<audit_approval> approval;
+    /// A WebSocket session's record: client and origin messages relayed
+    /// ("ws_messages_up", "ws_messages_down", written only when `websocket`).
+    bool websocket = false;
+    std::uint64_t ws_messages_up = 0;
+    std::uint64_t ws_messages_down = 0;
 };
 
 struct audit_options {
