@@ -342,6 +342,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", required=True, help="build dir with sluice, sluice_loadgen, "
                     "sluice_bench_origin")
+    ap.add_argument("--sluice", help="the sluice binary (default: BUILD_DIR/sluice)")
     ap.add_argument("--scenarios", default="keepalive,new-connection,idle,upload")
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--requests", type=int, default=200000)
@@ -394,7 +395,7 @@ def main():
     running = []
 
     def start_sluice(name, max_body=None):
-        s = sluice(tool(args, "sluice"), tmp, name, o.port, bench_ca,
+        s = sluice(args.sluice or tool(args, "sluice"), tmp, name, o.port, bench_ca,
                    args.audit_fsync, max_body)
         running.append(s)
         return s
