@@ -393,8 +393,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     }
     const bool upload_charged = hp.content_length().has_value();
     if (upload_charged) {
-        if (auto wait = fc.state->limits.admit_upload(fc.identity, policy.limits,
-                                                      *hp.content_length());
+        if (auto wait =
+                fc.state->limits.admit_upload(fc.identity, policy.limits, *hp.content_length());
             wait != 0) {
             bool ok = co_await deny_limited(client, fc, "upload_budget", wait, rec,
                                             client_keep_alive && *hp.content_length() == 0);
@@ -457,8 +457,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     }
     auto& req = bp.get();
     if (!upload_charged) {
-        if (auto wait = fc.state->limits.admit_upload(fc.identity, policy.limits,
-                                                      req.body().size());
+        if (auto wait =
+                fc.state->limits.admit_upload(fc.identity, policy.limits, req.body().size());
             wait != 0) {
             co_await deny_limited(client, fc, "upload_budget", wait, rec, false);
             co_return exchange_end::close;
@@ -974,8 +974,7 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
     if (!rule->inspect) {
         // An opaque tunnel's requests are invisible: the CONNECT itself is the request
         // that counts against `requests_per_minute` (its bytes are not metered).
-        if (auto wait = fc.state->limits.admit_request(fc.identity, fc.policy->limits);
-            wait != 0) {
+        if (auto wait = fc.state->limits.admit_request(fc.identity, fc.policy->limits); wait != 0) {
             co_await deny_limited(client, fc, "rate_limit", wait, rec, false);
             co_return;
         }
@@ -1070,8 +1069,7 @@ net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cb
             co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
             co_return;
         }
-        if (!fc.state->limits.acquire_connection(fc.identity, fc.policy->limits,
-                                                 fc.connection)) {
+        if (!fc.state->limits.acquire_connection(fc.identity, fc.policy->limits, fc.connection)) {
             co_await deny_limited(client, fc, "connection_limit", 1, rec, false);
             co_return;
         }

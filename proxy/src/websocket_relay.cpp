@@ -92,7 +92,8 @@ dlp::verdict ws_message_inspector::on_message(std::string_view message) {
             f.offset = f.offset >= tail_len_ ? f.offset - tail_len_ : 0;
             mine.push_back(std::move(f));
         }
-        const bool finding_verdict = v.reason == "dlp_finding" && v.kind != dlp::verdict_kind::forward;
+        const bool finding_verdict =
+            v.reason == "dlp_finding" && v.kind != dlp::verdict_kind::forward;
         v.findings = std::move(mine);
         if (finding_verdict && v.findings.empty()) {
             // Only the previous message's findings: that one was let through (log), so

@@ -91,8 +91,8 @@ struct ws_session_context {
     const dlp::policy* policy = nullptr;
     std::shared_ptr<const detectors::ruleset> rules;
     dlp::variant_options variants;
-    bool inspect = true;   ///< the request rule's `inspect`
-    std::string flow;      ///< flow id, for X-Sluice-Flow on the 101
+    bool inspect = true;      ///< the request rule's `inspect`
+    std::string flow;         ///< flow id, for X-Sluice-Flow on the 101
     metrics* stats = nullptr; ///< may be null
     /// Writes one audit record (flow, identity and source filled in by the flow); false
     /// when it could not be written.

@@ -56,8 +56,8 @@ net::awaitable<void> close_pair(WsFrom& a, WsTo& b, websocket::close_reason why)
 
 // Client to origin: whole messages, each inspected before a byte of it goes upstream.
 template <class WsClient, class WsUp>
-net::awaitable<void> pump_up(WsClient& cl, WsUp& up, ws_session_context& ctx,
-                             session_state& st, ws_message_inspector* ins) {
+net::awaitable<void> pump_up(WsClient& cl, WsUp& up, ws_session_context& ctx, session_state& st,
+                             ws_message_inspector* ins) {
     beast::flat_buffer buf;
     for (;;) {
         auto [ec, n] = co_await cl.async_read(buf, as_tuple);
@@ -96,8 +96,8 @@ net::awaitable<void> pump_up(WsClient& cl, WsUp& up, ws_session_context& ctx,
                 st.closing = true;
                 audit_record r = st.rec;
                 r.decision = "deny";
-                r.reason = v.kind == dlp::verdict_kind::supervise ? "approval_unavailable"
-                                                                  : v.reason;
+                r.reason =
+                    v.kind == dlp::verdict_kind::supervise ? "approval_unavailable" : v.reason;
                 for (const auto& f : v.findings)
                     r.findings.push_back({f.rule, f.location, f.variant, f.offset, f.fingerprint});
                 r.bytes_up = r.bytes_down = 0;
@@ -133,8 +133,7 @@ net::awaitable<void> pump_up(WsClient& cl, WsUp& up, ws_session_context& ctx,
 
 // Origin to client: relayed as they come, type preserved, brokered secrets masked.
 template <class WsUp, class WsClient>
-net::awaitable<void> pump_down(WsUp& up, WsClient& cl, ws_session_context& ctx,
-                               session_state& st) {
+net::awaitable<void> pump_down(WsUp& up, WsClient& cl, ws_session_context& ctx, session_state& st) {
     beast::flat_buffer buf;
     std::string masked;
     for (;;) {
@@ -258,10 +257,10 @@ relay_websocket(ClientStream& client,
         rec.decision = "allow";
         rec.reason = wec ? "relay_interrupted" : "";
         rec.bytes_down = answer.body().size();
-        rec.duration_ms = static_cast<std::uint64_t>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                                  started)
-                .count());
+        rec.duration_ms =
+            static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::steady_clock::now() - started)
+                                           .count());
         ctx.audit(rec);
         co_return ws_outcome::answered;
     }
@@ -296,14 +295,13 @@ relay_websocket(ClientStream& client,
     st.rec.reason = st.interrupted ? "relay_interrupted" : "";
     st.rec.ws_messages_up = st.messages_up;
     st.rec.ws_messages_down = st.messages_down;
-    st.rec.duration_ms = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                              started)
-            .count());
+    st.rec.duration_ms =
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::steady_clock::now() - started)
+                                       .count());
     ctx.audit(std::move(st.rec));
     co_return ws_outcome::relayed;
 }
-
 
 // The stream pairs of flow.cpp's run_exchange: plain client (absolute-form ws://), TLS
 // proxy listener client (ws://), intercepted CONNECT (wss://), and CONNECT inside an
@@ -315,15 +313,18 @@ using inner_s = boost::beast::ssl_stream<ref_layer<tls_s>>;
 using request = boost::beast::http::request<boost::beast::http::string_body>;
 } // namespace
 
-template boost::asio::awaitable<ws_outcome>
-relay_websocket<tcp_s, tcp_s>(tcp_s&, const request&, const request&, tcp_s&,
-                              ws_session_context&, audit_record&);
-template boost::asio::awaitable<ws_outcome>
-relay_websocket<tls_s, tcp_s>(tls_s&, const request&, const request&, tcp_s&,
-                              ws_session_context&, audit_record&);
-template boost::asio::awaitable<ws_outcome>
-relay_websocket<tls_s, tls_s>(tls_s&, const request&, const request&, tls_s&,
-                              ws_session_context&, audit_record&);
+template boost::asio::awaitable<ws_outcome> relay_websocket<tcp_s, tcp_s>(tcp_s&, const request&,
+                                                                          const request&, tcp_s&,
+                                                                          ws_session_context&,
+                                                                          audit_record&);
+template boost::asio::awaitable<ws_outcome> relay_websocket<tls_s, tcp_s>(tls_s&, const request&,
+                                                                          const request&, tcp_s&,
+                                                                          ws_session_context&,
+                                                                          audit_record&);
+template boost::asio::awaitable<ws_outcome> relay_websocket<tls_s, tls_s>(tls_s&, const request&,
+                                                                          const request&, tls_s&,
+                                                                          ws_session_context&,
+                                                                          audit_record&);
 template boost::asio::awaitable<ws_outcome>
 relay_websocket<inner_s, tls_s>(inner_s&, const request&, const request&, tls_s&,
                                 ws_session_context&, audit_record&);
