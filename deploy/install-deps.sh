@@ -14,6 +14,7 @@ packages=(
   libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   curl python3 nodejs
+  chromium  # tests/e2e/test_console.py: the approvals console in headless Chromium
   node-undici node-ws node-https-proxy-agent  # the Node client recipes in deploy/README.md
 )
 
@@ -24,14 +25,33 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
+# npm comes with Debian's nodejs as a separate package (NodeSource's nodejs bundles it).
+if ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Node test tools from the npm registry, pinned, in a prefix of their own (not the
+# project's tree): playwright-core drives Debian's /usr/bin/chromium in
+# tests/e2e/test_console.py. 1.61.1 is the newest release that still runs on Debian 12's
+# Node 18; it downloads no browser (--ignore-scripts) and has no dependencies.
+node_prefix=/opt/sluice-test-node
+playwright_version=1.61.1
+installed=$(node -p "require('$node_prefix/node_modules/playwright-core/package.json').version" \
+  2>/dev/null || true)
+if [ "$installed" = "$playwright_version" ]; then
+  echo "install-deps: playwright-core $playwright_version present in $node_prefix"
+else
+  echo "install-deps: installing playwright-core $playwright_version into $node_prefix"
+  $SUDO mkdir -p "$node_prefix"
+  $SUDO npm install --prefix "$node_prefix" --no-audit --no-fund --ignore-scripts \
+    --save-exact "playwright-core@$playwright_version"
+fi

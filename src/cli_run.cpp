@@ -2,6 +2,7 @@
 
 #include "sluice/config/settings.hpp"
 #include "sluice/proxy/admin_api.hpp"
+#include "sluice/proxy/admin_console.hpp"
 #include "sluice/proxy/audit_log.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/log_limiter.hpp"
@@ -315,6 +316,7 @@ int cmd_run(int argc, char** argv) {
                         co_return proxy::admin_response{
                             result->ok ? 200u : 422u, boost::json::serialize(reload_json(*result))};
                     });
+    proxy::register_console_routes(**admin);
     (*admin)->start();
 
     print_banner(server.listening_addresses(), settings->ca_cert);

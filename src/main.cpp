@@ -1,6 +1,7 @@
 // sluice: an egress firewall for AI agents. Dispatches the subcommands of
 // CONTRACT.md "Command line"; each lives in its own cli_*.cpp.
 #include "cli.hpp"
+#include "cli_admin.hpp"
 #include "cli_audit.hpp"
 #include "cli_ca.hpp"
 #include "cli_run.hpp"
@@ -21,6 +22,10 @@ commands:
   rules list | rules check [FILE]        list detectors / check every rule's examples
   ca init [--dir DIR] | ca path          create the local CA / print its certificate path
   audit verify [--partial] FILE...       verify the audit hash chain across (rotated) files
+  approvals list | approve ID | deny ID  held requests: list, approve, deny (admin API)
+  flows                                  live flows per identity and the kill switch state
+  kill IDENTITY|--all | revive IDENTITY|--all
+                                         kill switch: cut an identity off / lift it
   version                                versions of sluice, Hyperscan, OpenSSL, Boost
 
 exit codes: 0 success, 1 found something, 2 usage or input error, 3 runtime failure
@@ -49,6 +54,14 @@ int main(int argc, char** argv) {
             return sluice::cli::cmd_ca(sub_argc, sub_argv);
         if (cmd == "audit")
             return sluice::cli::cmd_audit(sub_argc, sub_argv);
+        if (cmd == "approvals")
+            return sluice::cli::cmd_approvals(sub_argc, sub_argv);
+        if (cmd == "flows")
+            return sluice::cli::cmd_flows(sub_argc, sub_argv);
+        if (cmd == "kill")
+            return sluice::cli::cmd_kill(sub_argc, sub_argv);
+        if (cmd == "revive")
+            return sluice::cli::cmd_revive(sub_argc, sub_argv);
         if (cmd == "version" || cmd == "--version")
             return sluice::cli::cmd_version(sub_argc, sub_argv);
         if (cmd == "help" || cmd == "--help" || cmd == "-h") {

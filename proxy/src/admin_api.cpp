@@ -168,6 +168,8 @@ struct admin_api::impl : std::enable_shared_from_this<admin_api::impl> {
             http::response<http::string_body> out{static_cast<http::status>(res.status), 11};
             out.set(http::field::content_type, res.content_type);
             out.set(http::field::cache_control, "no-store");
+            for (const auto& [name, value] : res.headers)
+                out.set(name, value);
             out.keep_alive(keep_alive);
             out.body() = std::move(res.body);
             out.prepare_payload();

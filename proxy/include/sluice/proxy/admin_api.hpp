@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace boost::asio {
@@ -40,6 +41,8 @@ struct admin_response {
     unsigned status = 200;
     std::string body = "{}"; ///< JSON unless content_type says otherwise
     std::string content_type = "application/json";
+    /// Extra response fields (e.g. Content-Security-Policy on the console's files).
+    std::vector<std::pair<std::string, std::string>> headers = {};
 };
 
 /// {"error": <kind>, "reason": <reason>, "message": <message>} with `status`.
