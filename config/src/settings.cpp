@@ -1070,7 +1070,8 @@ private:
     }
 
     void dlp_section(const YAML::Node& n, dlp::dlp_settings& d) {
-        auto m = w_.map(n, "dlp", {"detectors", "on_finding", "max_body", "ignore"}, true);
+        auto m = w_.map(n, "dlp", {"detectors", "on_finding", "max_body", "large_bodies", "ignore"},
+                        true);
         if (!m) {
             return;
         }
@@ -1096,6 +1097,11 @@ private:
         if (auto* mb = m->get("max_body")) {
             if (auto v = w_.size(*mb, "max_body")) {
                 d.max_body = *v;
+            }
+        }
+        if (auto* lb = m->get("large_bodies")) {
+            if (auto s = w_.one_of(*lb, "large_bodies", {"deny", "stream"})) {
+                d.stream_large_bodies = *s == "stream";
             }
         }
         if (auto* ig = m->get("ignore")) {

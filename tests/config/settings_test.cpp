@@ -725,3 +725,19 @@ TEST(settings, secret_sources_are_read_at_load_and_problems_name_the_source_only
     }
     fs::remove_all(dir);
 }
+
+TEST(settings, large_bodies_deny_by_default_and_stream_on_request) {
+    const std::string head = std::string(minimal) +
+                             "policies:\n  - identity: \"*\"\n    rules:\n"
+                             "      - hosts: [example.com]\n        action: allow\n";
+    auto plain = load_string(head, "t.yaml");
+    ASSERT_TRUE(plain.has_value()) << dump(plain.error());
+    EXPECT_FALSE(plain->policies[0].dlp.stream_large_bodies);
+
+    auto streaming = load_string(head + "    dlp: {large_bodies: stream}\n", "t.yaml");
+    ASSERT_TRUE(streaming.has_value()) << dump(streaming.error());
+    EXPECT_TRUE(streaming->policies[0].dlp.stream_large_bodies);
+
+    auto d = errors_of(head + "    dlp: {large_bodies: chunk}\n");
+    expect_error(d, "invalid large_bodies 'chunk'", 10, 25);
+}

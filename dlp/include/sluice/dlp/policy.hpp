@@ -63,6 +63,9 @@ struct dlp_settings {
     std::vector<std::string> detectors{"all"}; ///< rule ids or categories; "all"
     finding_action on_finding = finding_action::deny;
     std::size_t max_body = 16u << 20; ///< bytes
+    /// `large_bodies: stream`: a request body declared larger than max_body is scanned in
+    /// windows as it is relayed (identity-coded bodies only) instead of refused with 413.
+    bool stream_large_bodies = false;
     std::vector<ignore_entry> ignore;
 };
 
