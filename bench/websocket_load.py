@@ -20,9 +20,7 @@ import os
 import random
 import ssl
 import string
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))

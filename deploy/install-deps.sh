@@ -16,6 +16,7 @@ packages=(
   curl python3 nodejs
   chromium  # tests/e2e/test_console.py: the approvals console in headless Chromium
   node-undici node-ws node-https-proxy-agent  # the Node client recipes in deploy/README.md
+  python3-websockets  # tests/e2e/test_websocket.py and bench/websocket_load.py
 )
 
 missing=()

@@ -5,6 +5,7 @@
 #include "sluice/proxy/admin_console.hpp"
 #include "sluice/proxy/audit_log.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/proxy/control.hpp"
 #include "sluice/proxy/log_limiter.hpp"
 #include "sluice/proxy/metrics.hpp"
 #include "sluice/proxy/server.hpp"
@@ -266,6 +267,14 @@ int cmd_run(int argc, char** argv) {
 
     auto stats = std::make_shared<proxy::metrics>();
     server.attach_metrics(stats);
+    // Flow registry, kill switch (persisted in the data dir) and approvals (issue 7). A
+    // damaged kill switch file fails closed: everything killed until revived.
+    std::string control_warning;
+    auto control = proxy::control::open(settings->data_dir / "killed.json", &control_warning);
+    if (!control_warning.empty())
+        spdlog::error("{}", control_warning);
+    control->attach_metrics(stats);
+    server.attach_control(control);
     auto exposer = proxy::metrics_exposer::start(stats, settings->metrics_address);
     if (!exposer) {
         std::cerr << "sluice: " << exposer.error() << "\n";
@@ -317,6 +326,7 @@ int cmd_run(int argc, char** argv) {
                             result->ok ? 200u : 422u, boost::json::serialize(reload_json(*result))};
                     });
     proxy::register_console_routes(**admin);
+    proxy::register_control_routes(**admin, control);
     (*admin)->start();
 
     print_banner(server.listening_addresses(), settings->ca_cert);

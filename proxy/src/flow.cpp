@@ -1,7 +1,9 @@
 #include "flow.hpp"
 
 #include "answers.hpp"
+#include "ref_layer.hpp"
 #include "request_head.hpp"
+#include "websocket_relay.hpp"
 
 #include "sluice/detectors/scanner.hpp"
 #include "sluice/dlp/caller.hpp"
@@ -13,6 +15,7 @@
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
@@ -27,6 +30,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -74,6 +78,7 @@ struct flow_context {
     std::string source;
     std::string identity; // "" = unresolved
     const dlp::policy* policy = nullptr;
+    std::shared_ptr<flow_handle> handle; // in the flow registry (control.hpp); null in unit tests
     rate_limits::connection_slot connection; // `limits.max_connections`, held per identity
 };
 
@@ -98,6 +103,10 @@ bool audit(flow_context& fc, audit_record r) {
     r.flow = fc.flow;
     r.identity = fc.identity;
     r.source = fc.source;
+    if (fc.handle) {
+        fc.handle->bytes_up.fetch_add(r.bytes_up, std::memory_order_relaxed);
+        fc.handle->bytes_down.fetch_add(r.bytes_down, std::memory_order_relaxed);
+    }
     if (fc.state->stats)
         count_decision(*fc.state->stats, r);
     if (!fc.state->audit->append(r)) {
@@ -231,7 +240,8 @@ template <class Stream>
 net::awaitable<bool> deny(Stream& stream, flow_context& fc, unsigned status,
                           std::string_view reason, audit_record rec,
                           const std::vector<dlp::finding_record>& findings, bool keep_alive) {
-    rec.decision = "deny";
+    if (rec.decision.empty()) // "supervise_denied" when a person or the timeout said no
+        rec.decision = "deny";
     rec.reason = std::string(reason);
     rec.findings = to_audit(findings);
     if (fc.state->stats && status == 502)
@@ -245,6 +255,23 @@ net::awaitable<bool> deny(Stream& stream, flow_context& fc, unsigned status,
     co_await send_answer(stream,
                          make_answer(status, reason, fc.flow, rule_ids(findings), keep_alive));
     co_return ok;
+}
+
+// The kill switch (control.hpp): a killed identity, or a flow a kill has reached, gets
+// nothing more. Checked when the identity is resolved and before every request.
+bool killed_now(const flow_context& fc) {
+    const auto& ctl = fc.state->ctl;
+    return ctl && ((fc.handle && fc.handle->killed()) || ctl->is_killed(fc.identity));
+}
+
+// A kill closes `s`'s socket (on this flow's thread): every pending read or write on it,
+// and on any TLS or WebSocket layer above it, ends at once.
+template <class Stream>
+close_hook close_on_kill(flow_context& fc, Stream& s) {
+    return close_hook(fc.handle.get(), [&s] {
+        boost::system::error_code ignored;
+        beast::get_lowest_layer(s).socket().close(ignored);
+    });
 }
 
 // A limit reached (`policies[].limits`): 429 with Retry-After (RFC 9110 section 10.2.3),
@@ -305,6 +332,17 @@ struct upstream {
     std::string key; // host:port the stream is connected to
 };
 
+// A kill closes whichever upstream connection the flow holds at that moment (a slow
+// origin or a long download is cut as well as the client side).
+template <class Stream>
+close_hook close_on_kill(flow_context& fc, upstream<Stream>& up) {
+    return close_hook(fc.handle.get(), [&up] {
+        boost::system::error_code ignored;
+        if (up.stream)
+            beast::get_lowest_layer(*up.stream).socket().close(ignored);
+    });
+}
+
 enum class connect_result { ok, connect_failed, tls_failed };
 
 net::awaitable<connect_result> connect_upstream(upstream<beast::tcp_stream>& up,
@@ -352,6 +390,97 @@ net::awaitable<connect_result> connect_upstream(upstream<ssl_stream>& up, const 
 // --- one HTTP exchange ---------------------------------------------------------------
 enum class exchange_end { keep_going, close };
 
+// A request body with no Content-Encoding, or only `identity` (RFC 9110 section 8.4).
+bool identity_coded_request(const http::request_header<>& head) {
+    for (auto it = head.find(http::field::content_encoding);
+         it != head.end() && it->name() == http::field::content_encoding; ++it)
+        if (!beast::iequals(it->value(), "identity"))
+            return false;
+    return true;
+}
+
+enum class stream_end { done, denied, client_failed, upstream_failed };
+struct stream_outcome {
+    stream_end end = stream_end::done;
+    dlp::verdict verdict; // when denied
+};
+
+// Relays a Content-Length body larger than `dlp.max_body` (`large_bodies: stream`),
+// scanning it in windows before each is forwarded. The last `overlap` bytes of every
+// window are held back and scanned again at the front of the next, so a secret that
+// straddles two windows is found before any of it leaves; only bytes scanned with that
+// much following context (or the end of the body) are sent. Memory is one window per
+// flow whatever the body's size. A finding that denies stops the relay: the origin is
+// left with a truncated request and the connection is dropped by the caller. Findings
+// with action log are added to `findings` (offsets are body offsets).
+template <class ClientStream, class UpstreamStream>
+net::awaitable<stream_outcome>
+stream_request_body(ClientStream& client, beast::flat_buffer& cbuf, UpstreamStream& upstream,
+                    std::uint64_t length, flow_context& fc, const dlp::policy& policy, bool inspect,
+                    std::vector<dlp::finding_record>& findings) {
+    const std::size_t limit = std::max<std::size_t>(policy.dlp.max_body, 2);
+    const std::size_t overlap = std::min<std::size_t>(8 * 1024, limit / 4);
+    const std::size_t window = std::min<std::size_t>(256 * 1024, limit);
+    std::vector<char> buf(window);
+    std::size_t held = 0;   // carried tail at buf[0..held): scanned, not yet forwarded
+    std::uint64_t base = 0; // body offset of buf[0]
+    std::uint64_t remaining = length;
+    for (;;) {
+        std::size_t fill = held;
+        while (fill < buf.size() && remaining > 0) {
+            auto want =
+                static_cast<std::size_t>(std::min<std::uint64_t>(buf.size() - fill, remaining));
+            std::size_t n = 0;
+            if (cbuf.size() > 0) { // body bytes that arrived with the head
+                n = net::buffer_copy(net::buffer(buf.data() + fill, want), cbuf.data());
+                cbuf.consume(n);
+            } else {
+                beast::get_lowest_layer(client).expires_after(client_idle_timeout);
+                auto [ec, got] =
+                    co_await client.async_read_some(net::buffer(buf.data() + fill, want), as_tuple);
+                if (ec)
+                    co_return stream_outcome{stream_end::client_failed, {}};
+                n = got;
+            }
+            fill += n;
+            remaining -= n;
+        }
+        if (inspect) {
+            auto scan_started = std::chrono::steady_clock::now();
+            dlp::variant_options vo;
+            vo.protect = fc.gen->protect;
+            dlp::inspector ins(policy, thread_scanner(fc.gen->settings->rules), std::move(vo));
+            dlp::verdict v = ins.on_body(std::string_view(buf.data(), fill));
+            if (fc.state->stats)
+                count_scan(*fc.state->stats, scan_started, fill - held);
+            for (auto& f : v.findings) {
+                f.offset += base;
+                // The carried tail is scanned twice: a finding inside it is already listed.
+                bool seen = std::any_of(findings.begin(), findings.end(), [&](const auto& g) {
+                    return g.rule == f.rule && g.offset == f.offset && g.variant == f.variant;
+                });
+                if (!seen)
+                    findings.push_back(f);
+            }
+            if (v.kind != dlp::verdict_kind::forward)
+                co_return stream_outcome{stream_end::denied, std::move(v)};
+        }
+        const std::size_t send = remaining == 0 ? fill : fill - std::min(overlap, fill);
+        if (send > 0) {
+            beast::get_lowest_layer(upstream).expires_after(upstream_io_timeout);
+            auto [ec, n] =
+                co_await net::async_write(upstream, net::buffer(buf.data(), send), as_tuple);
+            if (ec)
+                co_return stream_outcome{stream_end::upstream_failed, {}};
+        }
+        std::memmove(buf.data(), buf.data() + send, fill - send);
+        held = fill - send;
+        base += send;
+        if (remaining == 0 && held == 0)
+            co_return stream_outcome{};
+    }
+}
+
 struct exchange_target {
     std::string scheme; // http or https
     destination* dest = nullptr;
@@ -379,6 +508,10 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
 
     if (!fc.state->audit->healthy()) {
         co_await deny(client, fc, 503, "audit_unavailable", rec, {}, false);
+        co_return exchange_end::close;
+    }
+    if (killed_now(fc)) { // before every request on a kept-alive connection or tunnel
+        co_await deny(client, fc, 503, "killed", rec, {}, false);
         co_return exchange_end::close;
     }
 
@@ -414,17 +547,26 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             ? exchange_end::keep_going
             : exchange_end::close;
     }
-    if (rule->act == dlp::action::supervise) {
-        // Approval holds are not built yet: fail closed with an explicit reason.
-        co_await deny(client, fc, 403, "approval_unavailable", rec, {}, false);
-        co_return exchange_end::close;
-    }
+    // supervise: the request is read and inspected like any other, then held (below).
+    std::string supervise_reason;
+    if (rule->act == dlp::action::supervise)
+        supervise_reason = "policy_supervise";
 
     // Body: whole body up to the policy's limit, before anything is sent upstream. A
-    // declared length over the limit is refused before a byte of it is read.
-    if (auto declared = hp.content_length(); declared && *declared > policy.dlp.max_body) {
-        co_await deny(client, fc, 413, "body_too_large", rec, {}, false);
-        co_return exchange_end::close;
+    // declared length over the limit is refused before a byte of it is read, unless the
+    // policy streams large bodies (`dlp.large_bodies: stream`): then the body is scanned
+    // in windows as it is relayed (stream_request_body). Only an identity-coded body of an
+    // allowed (not supervised) request streams: a compressed stream cannot be decoded in
+    // windows, and a held request cannot hold a stream.
+    const std::uint64_t declared_length = hp.content_length().value_or(0);
+    bool streamed = false;
+    if (hp.content_length() && declared_length > policy.dlp.max_body) {
+        streamed = policy.dlp.stream_large_bodies && rule->act == dlp::action::allow &&
+                   identity_coded_request(head) && head.find(http::field::upgrade) == head.end();
+        if (!streamed) {
+            co_await deny(client, fc, 413, "body_too_large", rec, {}, false);
+            co_return exchange_end::close;
+        }
     }
     if (beast::iequals(head[http::field::expect], "100-continue")) {
         http::response<http::empty_body> cont{http::status::continue_, 11};
@@ -442,7 +584,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     };
     bp.on_chunk_header(on_chunk_header);
     beast::get_lowest_layer(client).expires_after(client_idle_timeout);
-    {
+    if (!streamed) {
         auto [ec, n] = co_await http::async_read(client, cbuf, bp, as_tuple);
         if (ec == http::error::body_limit) {
             co_await deny(client, fc, 413, "body_too_large", rec, {}, false);
@@ -480,7 +622,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         vo.protect = fc.gen->protect;
         dlp::inspector ins(policy, thread_scanner(fc.gen->settings->rules), std::move(vo));
         dlp::verdict v = ins.on_head(view);
-        if (v.kind == dlp::verdict_kind::forward) {
+        if (v.kind == dlp::verdict_kind::forward && !streamed) {
             auto head_findings = std::move(v.findings);
             v = ins.on_body(req.body());
             v.findings.insert(v.findings.begin(), head_findings.begin(), head_findings.end());
@@ -489,13 +631,11 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         if (fc.state->stats)
             count_scan(*fc.state->stats, scan_started, tgt.origin_form.size() + req.body().size());
         rec.url = audit_url(url_prefix, tgt.origin_form, findings);
-        if (v.kind != dlp::verdict_kind::forward) {
+        if (v.kind == dlp::verdict_kind::supervise) {
+            supervise_reason = "dlp_finding";
+        } else if (v.kind != dlp::verdict_kind::forward) {
             std::string reason = v.reason;
             unsigned status = static_cast<unsigned>(v.status);
-            if (v.kind == dlp::verdict_kind::supervise) {
-                status = 403;
-                reason = "approval_unavailable";
-            }
             bool ok = co_await deny(client, fc, status, reason, rec, findings,
                                     client_keep_alive && status == 403);
             co_return ok&& client_keep_alive&& status == 403 ? exchange_end::keep_going
@@ -503,6 +643,51 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         }
     }
     rec.inspected = rule->inspect;
+    if (streamed && !supervise_reason.empty()) { // on_finding: supervise in the head
+        bool ok = co_await deny(client, fc, 403, "dlp_finding", rec, findings, false);
+        (void)ok;
+        co_return exchange_end::close;
+    }
+
+    // Held until a person decides (control.hpp): approve continues below unchanged.
+    if (!supervise_reason.empty()) {
+        if (!fc.state->ctl) {
+            co_await deny(client, fc, 403, "approval_unavailable", rec, findings, false);
+            co_return exchange_end::close;
+        }
+        approval_request held{fc.flow, fc.identity,      fc.source,         method,
+                              rec.url, supervise_reason, to_audit(findings)};
+        auto out = co_await fc.state->ctl->hold(std::move(held), fc.handle.get(),
+                                                beast::get_lowest_layer(client).socket(),
+                                                fc.gen->settings->supervise_timeout);
+        rec.approval = audit_approval{out.id, out.by, out.at};
+        switch (out.result) {
+        case approval_outcome::kind::approved:
+            break;
+        case approval_outcome::kind::denied:
+        case approval_outcome::kind::timed_out: {
+            rec.decision = "supervise_denied";
+            rec.duration_ms = elapsed_ms(started);
+            bool ok =
+                co_await deny(client, fc, 403,
+                              out.result == approval_outcome::kind::denied ? "approval_denied"
+                                                                           : "approval_timeout",
+                              rec, findings, client_keep_alive);
+            co_return ok&& client_keep_alive ? exchange_end::keep_going : exchange_end::close;
+        }
+        case approval_outcome::kind::withdrawn: // the client went away: nobody to answer
+            rec.decision = "supervise_denied";
+            rec.reason = "approval_withdrawn";
+            rec.findings = to_audit(findings);
+            rec.duration_ms = elapsed_ms(started);
+            audit(fc, std::move(rec));
+            co_return exchange_end::close;
+        case approval_outcome::kind::killed:
+            rec.duration_ms = elapsed_ms(started);
+            co_await deny(client, fc, 503, "killed", rec, findings, false);
+            co_return exchange_end::close;
+        }
+    }
 
     // The request as it goes upstream: origin-form, Host from the target, no hop-by-hop.
     std::vector<dlp::broker_header> fwd;
@@ -559,10 +744,41 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     out.body() = std::move(req.body());
     out.keep_alive(true);
     out.prepare_payload();
-    rec.bytes_up = out.body().size();
+    if (streamed)
+        out.content_length(declared_length);
+    rec.bytes_up = streamed ? declared_length : out.body().size();
 
     // Upstream: reuse the connection when it goes to the same place.
     std::string key = tgt.dest->host + ":" + std::to_string(tgt.dest->port);
+    // A WebSocket upgrade becomes sluice's own pair of sessions (websocket_relay.hpp) on a
+    // fresh connection: every message is inspected, the raw head is never forwarded.
+    if (is_websocket_upgrade(req) && out.body().empty()) {
+        if (cbuf.size() != 0) { // frames before the 101 (RFC 6455 section 4.1 forbids it)
+            co_await deny(client, fc, 400, "bad_request", rec, findings, false);
+            co_return exchange_end::close;
+        }
+        if (auto cr = co_await connect_upstream(up, *tgt.dest, fc); cr != connect_result::ok) {
+            co_await deny(client, fc, 502,
+                          cr == connect_result::tls_failed ? "upstream_tls" : "upstream_connect",
+                          rec, findings, false);
+            co_return exchange_end::close;
+        }
+        ws_session_context ws;
+        ws.policy = &policy;
+        ws.rules = fc.gen->settings->rules;
+        ws.variants.protect = fc.gen->protect;
+        ws.inspect = rule->inspect;
+        ws.flow = fc.flow;
+        ws.stats = fc.state->stats.get();
+        ws.audit = [&fc](audit_record r) { return audit(fc, std::move(r)); };
+        ws.masker = &masker;
+        rec.findings = to_audit(findings);
+        if (co_await relay_websocket(client, req, out, *up.stream, ws, rec) ==
+            ws_outcome::upstream_failed)
+            co_await deny(client, fc, 502, "upstream_connect", rec, findings, false);
+        up.stream.reset();
+        co_return exchange_end::close;
+    }
     bool reused = up.stream && up.key == key;
     for (int attempt = 0; attempt < 2; ++attempt) {
         if (!up.stream || up.key != key) {
@@ -577,7 +793,14 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             reused = false;
         }
         beast::get_lowest_layer(*up.stream).expires_after(upstream_io_timeout);
-        auto [wec, wn] = co_await http::async_write(*up.stream, out, as_tuple);
+        beast::error_code wec;
+        if (streamed) { // the head only: the body follows window by window
+            http::request_serializer<http::string_body> head_sr{out};
+            std::tie(wec, std::ignore) =
+                co_await http::async_write_header(*up.stream, head_sr, as_tuple);
+        } else {
+            std::tie(wec, std::ignore) = co_await http::async_write(*up.stream, out, as_tuple);
+        }
         if (!wec)
             break;
         up.stream.reset();
@@ -586,6 +809,28 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             co_return exchange_end::close;
         }
         // A reused keep-alive connection the origin had closed: one fresh attempt.
+    }
+    if (streamed) {
+        auto sres = co_await stream_request_body(client, cbuf, *up.stream, declared_length, fc,
+                                                 policy, rule->inspect, findings);
+        if (sres.end != stream_end::done) {
+            // The origin has a truncated request it cannot complete: the connection goes.
+            up.stream.reset();
+            rec.findings = to_audit(findings);
+            rec.url = audit_url(url_prefix, tgt.origin_form, findings);
+            rec.duration_ms = elapsed_ms(started);
+            unsigned status = sres.end == stream_end::upstream_failed ? 502 : 400;
+            std::string reason =
+                sres.end == stream_end::upstream_failed ? "upstream_connect" : "bad_request";
+            if (sres.end == stream_end::denied) {
+                status = sres.verdict.kind == dlp::verdict_kind::supervise
+                             ? 403
+                             : static_cast<unsigned>(sres.verdict.status);
+                reason = sres.verdict.reason;
+            }
+            co_await deny(client, fc, status, reason, rec, findings, false);
+            co_return exchange_end::close;
+        }
     }
 
     // Response: relay head and body as they arrive (1xx interim answers pass through).
@@ -707,7 +952,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     if (!relay_ok || !upstream_keep_alive)
         up.stream.reset();
 
-    rec.decision = "allow";
+    rec.decision = rec.approval ? "supervise_approved" : "allow";
     rec.reason = relay_ok ? "" : "relay_interrupted";
     rec.findings = to_audit(findings);
     rec.masked_bytes += masker.masked();
@@ -863,6 +1108,7 @@ net::awaitable<void> opaque_tunnel(ClientStream& client, beast::flat_buffer& cbu
     using namespace net::experimental::awaitable_operators;
     auto started = std::chrono::steady_clock::now();
     upstream<beast::tcp_stream> up;
+    auto up_hook = close_on_kill(fc, up);
     if (co_await connect_upstream(up, d, fc) != connect_result::ok) {
         co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
         co_return;
@@ -891,38 +1137,7 @@ net::awaitable<void> opaque_tunnel(ClientStream& client, beast::flat_buffer& cbu
 // CONNECT host:port: policy on the destination, SSRF check, then 200 and TLS
 // interception with a leaf minted for the CONNECT host; inner requests run through
 // run_exchange one by one.
-// TLS inside TLS (CONNECT on an HTTPS proxy listener): asio::ssl::stream wants a next
-// layer with `lowest_layer_type`, which beast::ssl_stream lacks. This layer refers to
-// the listener's TLS stream (which outlives the tunnel, so serve_client can still shut
-// it down) and forwards the stream operations.
-template <class Inner>
-class ref_layer {
-public:
-    using executor_type = typename Inner::executor_type;
-    using next_layer_type = Inner;
-    using lowest_layer_type = Inner;
-
-    explicit ref_layer(Inner& inner)
-        : inner_(&inner) {}
-
-    executor_type get_executor() noexcept { return inner_->get_executor(); }
-    Inner& next_layer() noexcept { return *inner_; }
-    const Inner& next_layer() const noexcept { return *inner_; }
-    Inner& lowest_layer() noexcept { return *inner_; }
-
-    template <class MutableBuffers, class Token>
-    auto async_read_some(const MutableBuffers& b, Token&& token) {
-        return inner_->async_read_some(b, std::forward<Token>(token));
-    }
-    template <class ConstBuffers, class Token>
-    auto async_write_some(const ConstBuffers& b, Token&& token) {
-        return inner_->async_write_some(b, std::forward<Token>(token));
-    }
-
-private:
-    Inner* inner_;
-};
-
+// TLS inside TLS (CONNECT on an HTTPS proxy listener): ref_layer.hpp.
 template <class S>
 struct tls_layer {
     using type = ref_layer<S>;
@@ -956,6 +1171,8 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
         co_return;
     }
     rec.url = host_port(d, 0);
+    if (fc.handle)
+        fc.state->ctl->set_destination(*fc.handle, flow_kind::tunnel, rec.url);
     const auto* rule = dlp::match_rule(*fc.policy, d.host, d.port, "", "", true);
     if (rule == nullptr || rule->act == dlp::action::deny) {
         co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
@@ -998,6 +1215,7 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
 
     beast::ssl_stream<typename tls_layer<ClientStream>::type> tls(
         tls_layer<ClientStream>::make(client), *leaf);
+    auto tls_hook = close_on_kill(fc, tls);
     beast::get_lowest_layer(tls).expires_after(tls_handshake_timeout);
     auto [hec, used] =
         co_await tls.async_handshake(ssl::stream_base::server, cbuf.data(), as_tuple);
@@ -1012,6 +1230,7 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
     const bool sni_mismatch = sni != nullptr && dlp::normalize_host(sni) != d.host;
 
     upstream<ssl_stream> up;
+    auto up_hook = close_on_kill(fc, up);
     exchange_target tgt;
     tgt.scheme = "https";
     tgt.dest = &d;
@@ -1044,6 +1263,7 @@ net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cb
                                     flow_context& fc, dlp::caller_evidence evidence) {
     const auto& settings = *fc.gen->settings;
     upstream<beast::tcp_stream> plain_up;
+    auto up_hook = close_on_kill(fc, plain_up);
     destination plain_dest; // resolved and checked once per upstream host:port
     for (;;) {
         http::request_parser<http::empty_body> hp;
@@ -1061,6 +1281,14 @@ net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cb
         auto who = dlp::resolve_caller(settings.identities, evidence);
         fc.identity = who.identity.value_or("");
         fc.policy = who.identity ? dlp::policy_for(settings.policies, fc.identity) : nullptr;
+        // Registered first, checked second: a kill that lists the flows after this
+        // registration closes it, one before it is seen by the check (control::kill).
+        if (fc.handle)
+            fc.state->ctl->set_identity(*fc.handle, fc.identity);
+        if (killed_now(fc)) {
+            co_await deny(client, fc, 503, "killed", rec, {}, false);
+            co_return;
+        }
         if (!who.identity) {
             co_await deny(client, fc, who.challenge ? 407 : 403, who.reason, rec, {}, false);
             co_return;
@@ -1087,6 +1315,8 @@ net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cb
             co_await deny(client, fc, 400, "bad_request", rec, {}, false);
             co_return;
         }
+        if (fc.handle)
+            fc.state->ctl->set_destination(*fc.handle, flow_kind::http, host_port(d, 0));
         // Policy on the destination first, so a denied host is never resolved.
         if (dlp::match_rule(*fc.policy, d.host, d.port, "", "", true) == nullptr) {
             rec.url = audit_log::redact_query("http://" + tgt.host_header + tgt.origin_form, true);
@@ -1169,7 +1399,19 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
                     ? "[" + remote.address().to_string() + "]:" + std::to_string(remote.port())
                     : remote.address().to_string() + ":" + std::to_string(remote.port());
 
+    // In the flow registry until this coroutine ends (GET /v1/flows, the kill switch).
+    if (state->ctl)
+        fc.handle = state->ctl->register_flow(fc.flow, fc.source, socket.get_executor());
+    struct registration {
+        flow_context& fc;
+        ~registration() {
+            if (fc.handle)
+                fc.state->ctl->deregister(*fc.handle);
+        }
+    } registered{fc};
+
     beast::tcp_stream client(std::move(socket));
+    auto client_hook = close_on_kill(fc, client);
     // Bounded: unparsed input (a request head, a chunk header) never grows past this.
     beast::flat_buffer cbuf(256 * 1024);
 
@@ -1186,6 +1428,7 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
         // HTTPS proxy listener: TLS to sluice itself, optionally with a client
         // certificate (mTLS) that names the identity.
         ssl_stream tls(std::move(client), *listener.tls);
+        auto tls_hook = close_on_kill(fc, tls);
         tls.next_layer().expires_after(tls_handshake_timeout);
         auto [hec] = co_await tls.async_handshake(ssl::stream_base::server, as_tuple);
         if (hec) {

@@ -7,6 +7,7 @@
 #include "sluice/dlp/variants.hpp"
 #include "sluice/proxy/audit_log.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/proxy/control.hpp"
 #include "sluice/proxy/metrics.hpp"
 #include "sluice/proxy/rate_limits.hpp"
 
@@ -37,6 +38,8 @@ struct shared_state {
     std::shared_ptr<certificate_authority> ca;
     std::unique_ptr<audit_log> audit;
     std::shared_ptr<metrics> stats; ///< null when metrics are off (unit tests)
+    /// Flow registry, kill switch, approvals (issue 7); null in unit tests.
+    std::shared_ptr<control> ctl;
     std::atomic<std::uint64_t> next_flow{0};
     std::atomic<std::int64_t> active{0};
     std::uint64_t flow_salt = 0; ///< random per process, so flow ids differ across restarts

@@ -218,6 +218,10 @@ void server::attach_metrics(std::shared_ptr<metrics> m) {
     impl_->state->stats = std::move(m);
 }
 
+void server::attach_control(std::shared_ptr<control> c) {
+    impl_->state->ctl = std::move(c);
+}
+
 net::io_context& server::admin_context() {
     return *impl_->contexts.front();
 }

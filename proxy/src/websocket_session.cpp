@@ -54,13 +54,49 @@ net::awaitable<void> close_pair(WsFrom& a, WsTo& b, websocket::close_reason why)
     co_await b.async_close(why, as_tuple);
 }
 
+/// Payload bytes read per step while a message is assembled.
+inline constexpr std::size_t read_step = 64 * 1024;
+
+/// Reads one whole message into `buf`, refusing it as soon as it holds more than
+/// `max_message` bytes (decompressed): `too_big` is then set and the rest is not read.
+/// Checked here rather than by Beast's read_message_max alone, whose error is replaced
+/// by the TLS teardown's when it closes the session itself.
+template <class Ws>
+net::awaitable<std::tuple<boost::system::error_code, std::size_t, bool>>
+read_message(Ws& ws, beast::flat_buffer& buf, std::size_t max_message) {
+    std::size_t total = 0;
+    for (;;) {
+        auto [ec, n] = co_await ws.async_read_some(buf, read_step, as_tuple);
+        total += n;
+        if (ec)
+            co_return std::tuple{ec, total, false};
+        if (buf.size() > max_message)
+            co_return std::tuple{boost::system::error_code{}, total, true};
+        if (ws.is_message_done())
+            co_return std::tuple{boost::system::error_code{}, total, false};
+    }
+}
+
 // Client to origin: whole messages, each inspected before a byte of it goes upstream.
 template <class WsClient, class WsUp>
 net::awaitable<void> pump_up(WsClient& cl, WsUp& up, ws_session_context& ctx, session_state& st,
-                             ws_message_inspector* ins) {
+                             ws_message_inspector* ins, std::size_t max_message) {
     beast::flat_buffer buf;
     for (;;) {
-        auto [ec, n] = co_await cl.async_read(buf, as_tuple);
+        auto [ec, n, too_big] = co_await read_message(cl, buf, max_message);
+        if (too_big) {
+            // 1009 both ways; the message never went upstream.
+            st.closing = true;
+            audit_record r = st.rec;
+            r.decision = "deny";
+            r.reason = "body_too_large";
+            r.bytes_up = r.bytes_down = 0;
+            if (ctx.stats)
+                ctx.stats->on_ws_message("up", "deny");
+            ctx.audit(std::move(r));
+            co_await close_pair(up, cl, websocket::close_code::too_big);
+            co_return;
+        }
         if (ec) {
             if (st.closing)
                 co_return;
@@ -70,14 +106,7 @@ net::awaitable<void> pump_up(WsClient& cl, WsUp& up, ws_session_context& ctx, se
                 websocket::close_reason why(cl.reason().code);
                 co_await up.async_close(why, as_tuple);
             } else if (ec == websocket::error::message_too_big) {
-                // Beast already sent the client 1009; the message never went upstream.
-                audit_record r = st.rec;
-                r.decision = "deny";
-                r.reason = "body_too_large";
-                r.bytes_up = r.bytes_down = 0;
-                if (ctx.stats)
-                    ctx.stats->on_ws_message("up", "deny");
-                ctx.audit(std::move(r));
+                // Beast's backstop limit (not reached while read_message checks first).
                 co_await up.async_close(websocket::close_code::too_big, as_tuple);
             } else {
                 st.interrupted = true;
@@ -235,7 +264,10 @@ relay_websocket(ClientStream& client,
     auto [hec] = co_await up.async_handshake(res, out[http::field::host], out.target(), as_tuple);
     if (hec == websocket::error::upgrade_declined) {
         // The origin answered, just not with 101: that answer is the client's (masked).
-        http::response<http::string_body> answer{res.result(), 11};
+        // By number: result() is status::unknown for codes Beast has no name for (418).
+        http::response<http::string_body> answer;
+        answer.version(11);
+        answer.result(res.result_int());
         answer.reason(res.reason());
         for (const auto& f : res) {
             if (f.name() == http::field::connection || f.name() == http::field::keep_alive ||
@@ -271,6 +303,8 @@ relay_websocket(ClientStream& client,
     std::string protocol(res[http::field::sec_websocket_protocol]);
     websocket::stream<ClientStream&> cl(client);
     common_options(cl, max_message, true);
+    // read_message enforces max_message; Beast's own limit is only a backstop above it.
+    cl.read_message_max(max_message + read_step + 1);
     cl.set_option(websocket::stream_base::decorator([&](websocket::response_type& r) {
         r.erase(http::field::server);
         if (!protocol.empty())
@@ -289,7 +323,8 @@ relay_websocket(ClientStream& client,
         if (ctx.inspect)
             ins.emplace(*ctx.policy, ctx.rules, ctx.variants,
                         ws_message_inspector::tail_for(*ctx.rules));
-        co_await (pump_up(cl, up, ctx, st, ins ? &*ins : nullptr) && pump_down(up, cl, ctx, st));
+        co_await (pump_up(cl, up, ctx, st, ins ? &*ins : nullptr, max_message) &&
+                  pump_down(up, cl, ctx, st));
     }
     st.rec.decision = "allow";
     st.rec.reason = st.interrupted ? "relay_interrupted" : "";

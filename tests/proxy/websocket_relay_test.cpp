@@ -56,7 +56,8 @@ bool has_rule(const dlp::verdict& v, std::string_view rule) {
 
 TEST(ws_message_inspector, benign_messages_pass) {
     auto ins = make();
-    for (std::string m : {"hello", "ghp_ is a prefix", std::string(100000, 'x')}) {
+    for (const std::string& m :
+         std::vector<std::string>{"hello", "ghp_ is a prefix", std::string(100000, 'x')}) {
         auto v = ins.on_message(m);
         EXPECT_EQ(v.kind, dlp::verdict_kind::forward) << m.substr(0, 40);
         EXPECT_TRUE(v.findings.empty());
@@ -74,8 +75,9 @@ TEST(ws_message_inspector, token_in_a_message_is_located_there) {
     ASSERT_TRUE(has_rule(v, "github-pat-classic"));
     for (const auto& f : v.findings) {
         EXPECT_EQ(f.location, "ws:message:2");
-        if (f.variant == "raw")
+        if (f.variant == "raw") {
             EXPECT_EQ(f.offset, 4u);
+        }
         EXPECT_EQ(f.fingerprint.find(t), std::string::npos);
     }
 }

@@ -11,7 +11,8 @@
 //   sluice_upstream_errors_total{reason}          counter (upstream_connect, upstream_tls, ...)
 //   sluice_config_reloads_total{result}           counter, result = ok | error
 //   sluice_audit_errors_total                     counter, failed audit writes, read at scrape
-//   sluice_ws_messages_total{direction,decision}  counter
+//   sluice_ws_messages_total{direction,decision}  counter, one per WebSocket message
+//                                                 (direction up | down, decision allow | deny)
 //
 // Thread safety: every member function may be called from any thread. Increments take the
 // family's mutex for the label lookup (a few hundred ns); no allocation for known labels.

@@ -22,6 +22,7 @@ namespace sluice::proxy {
 
 struct shared_state;
 class metrics;
+class control;
 
 class server {
 public:
@@ -45,6 +46,9 @@ public:
     /// Counts the data path's decisions, findings, scans and upstream errors into `m` and
     /// exposes the live-connection and audit-error counts to it. Call before run().
     void attach_metrics(std::shared_ptr<metrics> m);
+    /// Registers every flow with `c` (flow registry, kill switch, approvals: control.hpp).
+    /// Call before run().
+    void attach_control(std::shared_ptr<control> c);
     /// The io_context that also serves the admin API (the first of the server's).
     boost::asio::io_context& admin_context();
     /// True while accepting and the audit log is writable (GET /readyz).
