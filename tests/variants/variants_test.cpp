@@ -681,6 +681,72 @@ TEST_F(variants_test, base64_wrapped_at_any_width) {
     }
 }
 
+// Base64 glued to the word before it ("upl<base64>"): decoding from the run's start
+// misaligns every group when the word's length is not a multiple of 4, so the base64 is
+// found at start alignments 1, 2 and 3 too; padded or not, wrapped or not, with a word
+// glued after it or ending the run.
+TEST_F(variants_test, base64_glued_to_a_word_at_any_alignment) {
+    const std::vector<std::string> prefixes = {
+        "", "u", "up", "upl", "upld", "uploa", "upload", "uploade", "/v1/upload/abc"};
+    const std::vector<std::string> suffixes = {"", "ad", "x"};
+    for (const auto& t : tokens()) {
+        for (std::size_t extra = 0; extra < 3; ++extra) {
+            // Text lengths of every residue mod 3: two, one and no padding characters.
+            const std::string text = "API_KEY=" + t.text + std::string(extra, '.') + "\n";
+            struct form {
+                bool url, pad;
+                std::size_t wrap;
+            };
+            for (const auto& [url, pad, wrap] : {form{false, true, 0}, form{false, false, 0},
+                                                 form{true, false, 0}, form{false, true, 76}}) {
+                const std::string enc = b64(text, url, pad, wrap);
+                for (const auto& pre : prefixes) {
+                    for (const auto& suf : suffixes) {
+                        const std::string body =
+                            "...line 21283 of " + pre + enc + suf + " b64: ...";
+                        auto v = inspect("/v1/x", "api.example.com",
+                                         {{"Content-Type", "text/plain"}}, body);
+                        EXPECT_TRUE(v.status == 403 && has_rule(v, t.rule))
+                            << t.rule << " prefix '" << pre << "' suffix '" << suf << "' extra "
+                            << extra << (url ? " url" : " std") << (pad ? " pad" : " nopad")
+                            << " wrap " << wrap << ": " << v.status << " " << v.reason;
+                    }
+                }
+            }
+        }
+    }
+    // A gzip stream's base64 ("H4sI...") glued to a word of 1-3 characters.
+    for (const auto& t : tokens()) {
+        const std::string enc = b64(gzip("API_KEY=" + t.text + "\n"), false, true);
+        for (const std::string pre : {"u", "up", "upl"}) {
+            auto v = inspect("/v1/x", "api.example.com", {{"Content-Type", "text/plain"}},
+                             "...line 21283 of " + pre + enc + "ad b64: ...");
+            EXPECT_TRUE(v.status == 403 && has_rule(v, t.rule))
+                << t.rule << " gzip prefix '" << pre << "': " << v.status << " " << v.reason;
+        }
+    }
+}
+
+// The report that found the gap: a token's base64 after "upl" (alignment 3) and before
+// "ad". The finding starts where the base64 does and ends with the run.
+TEST_F(variants_test, base64_glued_finding_starts_at_the_base64) {
+    const std::string enc =
+        b64("GITHUB_TOKEN=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\n", false, true);
+    ASSERT_EQ(enc, "R0lUSFVCX1RPS0VOPWdocF9HeWxuTnpxQzJ6bWt5SDRqRzRxQUJ3dWNsaEZPRVMwYmQyZGkK");
+    for (const std::string pre : {"u", "up", "upl"}) {
+        const std::string head = "...line 21283 of " + pre;
+        const std::string body = head + enc + "ad b64: ...";
+        auto v = inspect("/v1/x", "api.example.com", {{"Content-Type", "text/plain"}}, body);
+        ASSERT_EQ(v.status, 403) << pre;
+        ASSERT_EQ(v.findings.size(), 1u) << pre;
+        const auto& f = v.findings[0];
+        EXPECT_EQ(f.rule, "github-pat-classic");
+        EXPECT_EQ(f.variant, "base64");
+        EXPECT_EQ(f.offset, head.size()) << pre;
+        EXPECT_EQ(f.length, enc.size() + 2) << pre;
+    }
+}
+
 static std::string zlib_compress(std::string_view in) {
     uLongf len = compressBound(static_cast<uLong>(in.size()));
     std::string out(len, '\0');
