@@ -9,6 +9,7 @@
 #include "sluice/proxy/log_limiter.hpp"
 #include "sluice/proxy/metrics.hpp"
 #include "sluice/proxy/server.hpp"
+#include "sluice/proxy/webhook.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/io_context.hpp>
@@ -25,9 +26,12 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <expected>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <pthread.h>
@@ -105,6 +109,8 @@ struct reloader {
         bool operator==(const file_sig&) const = default;
     };
     file_sig loaded, seen;
+    /// Called with each configuration that took effect (under `mutex`).
+    std::function<void(const config::settings&)> on_published = {};
 
     file_sig current_sig() const {
         file_sig s;
@@ -134,12 +140,14 @@ struct reloader {
                 r.problems.push_back(d.str());
         } else {
             r.rules = next->rules->rules().size();
-            if (auto pub =
-                    server.publish(std::make_shared<const config::settings>(std::move(*next)));
-                !pub)
+            auto published = std::make_shared<const config::settings>(std::move(*next));
+            if (auto pub = server.publish(published); !pub) {
                 r.problems.push_back(pub.error());
-            else
+            } else {
                 r.ok = true;
+                if (on_published)
+                    on_published(*published);
+            }
         }
         stats.on_config_reload(r.ok);
         if (r.ok) {
@@ -275,6 +283,33 @@ int cmd_run(int argc, char** argv) {
         spdlog::error("{}", control_warning);
     control->attach_metrics(stats);
     server.attach_control(control);
+    // supervise.webhook: new approval entries are posted to it (webhook.hpp). A reload can
+    // set, change or remove it.
+    auto hook = std::make_shared<std::atomic<std::shared_ptr<proxy::webhook>>>();
+    auto use_webhook = [hook,
+                        &server](const config::settings& s) -> std::expected<void, std::string> {
+        auto cur = hook->load();
+        if (s.supervise_webhook.empty()) {
+            hook->store(nullptr);
+            return {};
+        }
+        if (cur)
+            return cur->set_url(s.supervise_webhook);
+        auto w =
+            proxy::webhook::create(server.admin_context(), s.supervise_webhook, s.upstream_ca_file);
+        if (!w)
+            return std::unexpected(w.error());
+        hook->store(*w);
+        return {};
+    };
+    if (auto w = use_webhook(*settings); !w) {
+        std::cerr << "sluice: " << w.error() << "\n";
+        return 3;
+    }
+    control->on_new_approval([hook](std::string json) {
+        if (auto w = hook->load())
+            w->post(std::move(json));
+    });
     auto exposer = proxy::metrics_exposer::start(stats, settings->metrics_address);
     if (!exposer) {
         std::cerr << "sluice: " << exposer.error() << "\n";
@@ -296,6 +331,10 @@ int cmd_run(int argc, char** argv) {
     boost::asio::io_context signal_ctx(1);
     reloader reloads{*args, server, *stats, {}, {}, {}};
     reloads.loaded = reloads.seen = reloads.current_sig();
+    reloads.on_published = [&use_webhook](const config::settings& s) {
+        if (auto w = use_webhook(s); !w)
+            spdlog::error("reload: {}; approvals are not posted to the new webhook", w.error());
+    };
 
     namespace net = boost::asio;
     (*admin)->route("GET", "/healthz", false,

@@ -7,6 +7,7 @@
 
 #include "sluice/config/rules_loader.hpp"
 
+#include <boost/url/parse.hpp>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -685,11 +686,14 @@ private:
             credentials(*v);
         }
         if (auto* v = m->get("supervise")) {
-            if (auto sm = w_.map(*v, "supervise", {"timeout"}, true)) {
+            if (auto sm = w_.map(*v, "supervise", {"timeout", "webhook"}, true)) {
                 if (auto* t = sm->get("timeout")) {
                     if (auto d = w_.duration(*t, "supervise.timeout")) {
                         s_.supervise_timeout = *d;
                     }
+                }
+                if (auto* h = sm->get("webhook")) {
+                    webhook(*h);
                 }
             }
         }
@@ -808,6 +812,28 @@ private:
             if (auto p = path(*k, "ca.key")) {
                 s_.ca_key = *p;
             }
+        }
+    }
+
+    // supervise.webhook: an absolute http(s) URL without userinfo or fragment. Errors never
+    // quote it: a hook URL's path or query usually is its secret (${VAR} expands).
+    void webhook(const YAML::Node& n) {
+        auto v = w_.str(n, "supervise.webhook");
+        if (!v)
+            return;
+        auto u = boost::urls::parse_uri(*v);
+        if (!u) {
+            w_.error(n, "supervise.webhook is not an absolute URL");
+        } else if (u->scheme() != "http" && u->scheme() != "https") {
+            w_.error(n, "supervise.webhook must be an http:// or https:// URL");
+        } else if (u->has_userinfo()) {
+            w_.error(n, "supervise.webhook must not carry user:password");
+        } else if (u->host().empty()) {
+            w_.error(n, "supervise.webhook has no host");
+        } else if (u->has_fragment()) {
+            w_.error(n, "supervise.webhook must not have a #fragment");
+        } else {
+            s_.supervise_webhook = std::move(*v);
         }
     }
 

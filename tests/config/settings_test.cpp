@@ -741,3 +741,25 @@ TEST(settings, large_bodies_deny_by_default_and_stream_on_request) {
     auto d = errors_of(head + "    dlp: {large_bodies: chunk}\n");
     expect_error(d, "invalid large_bodies 'chunk'", 10, 25);
 }
+
+TEST(settings, supervise_webhook_is_an_http_url_and_never_quoted) {
+    auto ok =
+        load_string(std::string(minimal) +
+                        "supervise: {timeout: 30s, webhook: \"https://hooks.example/T0/s3cret\"}\n",
+                    "t.yaml");
+    ASSERT_TRUE(ok.has_value()) << dump(ok.error());
+    EXPECT_EQ(ok->supervise_webhook, "https://hooks.example/T0/s3cret");
+    EXPECT_TRUE(load_string(std::string(minimal), "t.yaml")->supervise_webhook.empty());
+
+    const std::pair<const char*, const char*> bad[] = {
+        {"ftp://hooks.example/s3cret", "must be an http:// or https:// URL"},
+        {"https://user:s3cret@hooks.example/", "must not carry user:password"},
+        {"/relative/s3cret", "is not an absolute URL"},
+        {"https://hooks.example/s3cret#frag", "must not have a #fragment"},
+    };
+    for (const auto& [url, message] : bad) {
+        auto d = errors_of(std::string(minimal) + "supervise: {webhook: \"" + url + "\"}\n");
+        expect_error(d, message, 5, 22);
+        EXPECT_EQ(dump(d).find("s3cret"), std::string::npos) << dump(d);
+    }
+}

@@ -64,6 +64,7 @@ class st:
     stderr = None
     origin = None   # intercepted
     opaque = None   # reached through an uninspected tunnel
+    hook = None     # receives supervise.webhook posts
     proxy_port = None
     admin_port = None
     metrics_port = None
@@ -72,6 +73,11 @@ class st:
     audit = None
     sluice_ca = None
     token = None
+
+
+# A hook URL's path is usually its secret: it must never reach sluice's output.
+HOOK_SECRET = "T0-hook-s3cret-" + os.urandom(6).hex()
+HOOK_PATH = "/hooks/" + HOOK_SECRET
 
 
 def write_config(timeout):
@@ -110,7 +116,7 @@ policies:
       detectors: [all]
       on_finding: supervise
     private_destinations: [127.0.0.1/32]
-supervise: {{timeout: {timeout}}}
+supervise: {{timeout: {timeout}, webhook: "https://localhost:{st.hook.port}{HOOK_PATH}"}}
 admin: {{address: "127.0.0.1:{st.admin_port}", token_file: admin.token}}
 metrics: {{address: "127.0.0.1:{st.metrics_port}"}}
 audit: {{path: {st.audit}, fsync: always}}
@@ -152,6 +158,7 @@ def setUpModule():
     cert, key = os.path.join(st.tmp, "origin.pem"), os.path.join(st.tmp, "origin.key")
     st.origin = slow_origin("held", cert, key)
     st.opaque = tp.recording_origin("opaque", cert, key)
+    st.hook = tp.recording_origin("hook", cert, key)
     st.proxy_port, st.admin_port, st.metrics_port = tp.free_port(), tp.free_port(), tp.free_port()
     st.data_dir = os.path.join(st.tmp, "data")
     st.config = os.path.join(st.tmp, "sluice.yaml")
@@ -161,7 +168,7 @@ def setUpModule():
 
 
 def tearDownModule():
-    tp.stop_run(st.sluice, (st.origin, st.opaque), (st.stderr,), st.tmp)
+    tp.stop_run(st.sluice, (st.origin, st.opaque, st.hook), (st.stderr,), st.tmp)
 
 
 # ---------------------------------------------------------------- clients
@@ -344,6 +351,29 @@ class supervise_test(unittest.TestCase):
         # Decided once: a second decision is an unknown approval.
         status, doc = admin("POST", "/v1/approvals/%s/deny" % a["id"], {})
         self.assertEqual((status, doc.get("reason")), (404, "unknown_approval"))
+
+    def test_webhook_receives_each_new_entry(self):
+        mark = tp.marker()
+        p = curl_bg("sup", url("/held/" + mark))
+        a = approval_for(mark)
+
+        def posted():
+            return [r for r in st.hook.snapshot() if a["id"].encode() in r["body"]]
+        got = poll(posted, "the webhook post for " + a["id"])
+        self.assertEqual(len(got), 1)
+        self.assertEqual((got[0]["method"], got[0]["path"]), ("POST", HOOK_PATH))
+        headers = {k.lower(): v for k, v in got[0]["headers"]}
+        self.assertEqual(headers.get("content-type"), "application/json")
+        self.assertEqual(headers.get("x-sluice-event"), "approval.pending")
+        doc = json.loads(got[0]["body"])
+        listed = [x for x in admin("GET", "/v1/approvals")[1]["approvals"] if x["id"] == a["id"]]
+        self.assertEqual(set(doc), set(listed[0]))
+        for k in ("id", "flow", "identity", "method", "url", "reason", "findings"):
+            self.assertEqual(doc[k], listed[0][k], k)
+        status, _ = admin("POST", "/v1/approvals/%s/deny" % a["id"], {})
+        self.assertEqual(status, 200)
+        self.assertEqual(curl_result(p)[1][0], 403)
+        self.assertNotIn(HOOK_SECRET, stderr_text())
 
     def test_denied_request_gets_403_and_never_reaches_the_origin(self):
         mark = tp.marker()

@@ -91,6 +91,9 @@ struct settings {
     std::filesystem::path admin_token_file;            ///< absolute; default data_dir/admin.token
     std::string metrics_address = "127.0.0.1:9902";
     std::chrono::milliseconds supervise_timeout{120'000};
+    /// supervise.webhook: new approval entries are posted here as JSON ("" = none). May
+    /// hold a secret: never logged.
+    std::string supervise_webhook;
     std::vector<secret_source> protected_values;
     std::vector<credential_settings> credentials;
     std::string log_level = "info";
