@@ -184,6 +184,9 @@ void BM_held_approval_memory(benchmark::State& state) {
             pairs.push_back(std::move(f));
         }
         ctx.poll();
+        // poll() with no outstanding work stops the io_context (asio scheduler::poll), and
+        // a stopped context runs nothing until restart(): without this no hold ever starts.
+        ctx.restart();
         long before = rss_bytes();
         for (auto& f : pairs)
             net::co_spawn(ctx, hold_one(ctl, f->sluice_side), net::detached);

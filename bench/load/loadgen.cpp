@@ -253,6 +253,10 @@ net::awaitable<void> new_connection_worker(const options& o, ssl::context& ctx,
                     SSL_SESSION_free(session);
                 session = s;
             }
+            // Freeing an SSL that was not shut down marks its session not resumable
+            // (OpenSSL ssl_clear_bad_session), and `session` is that same object: mark the
+            // connection as shut down so the kept session stays usable.
+            SSL_set_shutdown(t->native_handle(), SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
         }
         beast::get_lowest_layer(*t).socket().close();
     }
@@ -269,7 +273,12 @@ net::awaitable<void> idle_worker(const options& o, ssl::context& ctx,
     auto t = co_await open_tls(o, ctx, eps, ws, nullptr);
     if (t) {
         beast::flat_buffer buf;
-        co_await exchange(*t, buf, req, ws);
+        // Only a connection whose exchange succeeded counts as an idle intercepted flow
+        // (a 502 upstream_connect at the fd limit used to count too).
+        if (!co_await exchange(*t, buf, req, ws)) {
+            ws.merge_into(r);
+            co_return;
+        }
         buf = beast::flat_buffer();
         unsigned open = ++r.idle_open;
         if (open == o.connections) {

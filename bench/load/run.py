@@ -91,13 +91,16 @@ class origin:
 class sluice:
     """One `sluice run` with TLS interception, all detectors, variants on (the default)."""
 
-    def __init__(self, binary, tmp, name, origin_port, bench_ca, fsync, max_body):
+    def __init__(self, binary, tmp, name, origin_port, bench_ca, fsync, max_body,
+                 large_bodies=None):
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir)
         self.port = free_port()
         data = os.path.join(self.dir, "data")
         config = os.path.join(self.dir, "sluice.yaml")
         max_body_line = "\n      max_body: %s" % max_body if max_body else ""
+        if large_bodies:
+            max_body_line += "\n      large_bodies: %s" % large_bodies
         with open(config, "w") as f:
             f.write(f"""version: 1
 data_dir: {data}
@@ -284,6 +287,9 @@ def scenario_idle(args, ctx):
                     o.port, s.ca, s.port)
             time.sleep(0.2)
             before = s.rss_kib()
+            if args.idle_batch and n > args.idle_batch:
+                results.append(idle_batched(args, s, o, n, before))
+                continue
             cmd = [tool(args, "sluice_loadgen"), "--target",
                    "127.0.0.1:%d" % o.port, "--sni", "localhost", "--ca", s.ca, "--proxy",
                    "127.0.0.1:%d" % s.port, "--mode", "idle", "--connections", str(n),
@@ -318,8 +324,63 @@ def scenario_idle(args, ctx):
     return results
 
 
+def idle_batched(args, s, o, n, before):
+    """Opens n idle connections as several loadgen processes of at most --idle-batch each,
+    one after another (each loadgen gives every connection 10 s for connect + CONNECT +
+    TLS, which n at once cannot meet when sluice mints fewer handshakes/s than n/10)."""
+    procs, ready, errors = [], 0, []
+    hold = 600.0
+    left = n
+    try:
+        while left > 0:
+            b = min(args.idle_batch, left)
+            cmd = [tool(args, "sluice_loadgen"), "--target", "127.0.0.1:%d" % o.port, "--sni",
+                   "localhost", "--ca", s.ca, "--proxy", "127.0.0.1:%d" % s.port, "--mode",
+                   "idle", "--connections", str(b), "--hold", str(hold), "--duration",
+                   str(args.duration), "--threads", str(args.loadgen_threads), "--body-size",
+                   str(args.body_size)]
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            procs.append(p)
+            ok = False
+            for raw in p.stdout:
+                line = raw.decode(errors="replace").rstrip()
+                if line.startswith("idle-ready"):
+                    ok = True
+                    break
+                if line.startswith("loadgen-json "):
+                    errors.append(json.loads(line[len("loadgen-json "):]).get("first_error"))
+            if not ok:
+                break
+            ready += b
+            left -= b
+        time.sleep(1.0)
+        rss = s.rss_kib()
+        hwm = s.hwm_kib()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    all_ready = ready == n
+    per = (rss - before) / n if all_ready else None
+    print("idle: %d intercepted keep-alive connections (batches of %d): %s" % (
+        n, args.idle_batch, ("RSS %.1f MiB -> %.1f MiB, %.1f KiB per connection (peak %.1f MiB)"
+                             % (before / 1024, rss / 1024, per, hwm / 1024)) if all_ready else
+        "only %d opened (%s)" % (ready, errors[-1] if errors else "?")))
+    return {"connections": n, "ready": all_ready, "rss_before_kib": before,
+            "rss_idle_kib": rss, "kib_per_connection": per, "open": ready,
+            "batch": args.idle_batch, "loadgen": {"ok": ready, "errors": n - ready,
+                                                 "first_error": errors[-1] if errors else ""}}
+
+
 def scenario_upload(args, ctx):
-    o, s = ctx["origin"], ctx["start_sluice"]("upload", max_body=args.upload_max_body)
+    o, s = ctx["origin"], ctx["start_sluice"]("upload", max_body=args.upload_max_body,
+                                           large_bodies="stream")
     base = ["--mode", "upload", "--body-size", str(args.upload_size), "--duration",
             str(args.duration)]
     try:
@@ -351,6 +412,8 @@ def main():
     ap.add_argument("--body-size", type=int, default=1024)
     ap.add_argument("--idle-counts", default="1000,10000")
     ap.add_argument("--hold", type=float, default=3.0)
+    ap.add_argument("--idle-batch", type=int, default=0,
+                    help="open idle connections in loadgen processes of at most this many")
     ap.add_argument("--upload-size", type=int, default=1 << 30)
     ap.add_argument("--upload-max-body", default=None,
                     help="dlp.max_body for the upload run (default: sluice's default)")
@@ -394,9 +457,9 @@ def main():
                args.origin_threads)
     running = []
 
-    def start_sluice(name, max_body=None):
+    def start_sluice(name, max_body=None, large_bodies=None):
         s = sluice(args.sluice or tool(args, "sluice"), tmp, name, o.port, bench_ca,
-                   args.audit_fsync, max_body)
+                   args.audit_fsync, max_body, large_bodies)
         running.append(s)
         return s
 
