@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include <openssl/rand.h>
+#include <openssl/ssl.h>
 
 #include <thread>
 
@@ -116,6 +117,7 @@ make_listener_tls(const config::listener_tls_settings& t) {
                          net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
                          net::ssl::context::no_tlsv1_1 | net::ssl::context::no_compression,
                      ec);
+    SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS);
     ctx->use_certificate_chain_file(t.cert.string(), ec);
     if (ec)
         return std::unexpected("tls.cert " + t.cert.string() + ": " + ec.message());

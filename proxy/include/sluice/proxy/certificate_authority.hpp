@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <expected>
 #include <filesystem>
 #include <list>
@@ -79,7 +80,10 @@ private:
 boost::asio::ssl::context make_upstream_context(const std::filesystem::path& ca_file);
 
 /// Sets SNI (not for IP literals) and RFC 6125 host-name / IP verification on `ssl`.
-/// Returns false on failure.
-bool prepare_upstream_ssl(void* ssl /* SSL* */, std::string_view host);
+/// Also offers the TLS session last established to that host (and `port`, when not 0)
+/// with the same context (resumption) and records the new one it gets; sessions are
+/// kept per context (thread-safe, bounded to 4096 destinations). Returns false on
+/// failure.
+bool prepare_upstream_ssl(void* ssl /* SSL* */, std::string_view host, std::uint16_t port = 0);
 
 } // namespace sluice::proxy
