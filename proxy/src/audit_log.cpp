@@ -137,10 +137,18 @@ audit_log::open(const std::filesystem::path& path, const audit_options& options)
         return std::unexpected("audit log " + path.string() + ": " + std::strerror(errno));
     if (!options.fsync_always && options.fsync_interval.count() > 0)
         log->sync_thread_ = std::thread([p = log.get()] { p->sync_loop(); });
+    log->writer_thread_ = std::thread([p = log.get()] { p->writer_loop(); });
     return log;
 }
 
 audit_log::~audit_log() {
+    {
+        std::lock_guard lock(queue_mutex_);
+        writer_stop_ = true;
+    }
+    queue_cv_.notify_all();
+    if (writer_thread_.joinable())
+        writer_thread_.join(); // after the records still queued are written
     {
         std::lock_guard lock(mutex_);
         stopping_ = true;
@@ -237,7 +245,8 @@ bool audit_log::healthy() const {
     return room_;
 }
 
-bool audit_log::append(const audit_record& r) {
+std::string audit_log::line_for(const audit_record& r, std::uint64_t seq, const std::string& prev,
+                                std::string& hash) {
     boost::json::array findings;
     for (const auto& f : r.findings) {
         findings.push_back(boost::json::object{{"rule", f.rule},
@@ -246,29 +255,9 @@ bool audit_log::append(const audit_record& r) {
                                                {"offset", f.offset},
                                                {"fingerprint", f.fingerprint}});
     }
-    std::lock_guard lock(mutex_);
-    auto fail = [&] {
-        healthy_ = false;
-        errors_.fetch_add(1, std::memory_order_relaxed);
-        return false;
-    };
-    // Removed or replaced behind our back (rm, logrotate without copytruncate): records
-    // written to the orphaned inode would be invisible, so start a new file at the path.
-    if (regular_) {
-        struct stat st {};
-        if (::stat(path_.c_str(), &st) != 0 || st.st_dev != dev_ || st.st_ino != ino_) {
-            errors_.fetch_add(1, std::memory_order_relaxed);
-            spdlog::error("audit log {} was removed or replaced; continuing the chain in a new "
-                          "file at seq {}",
-                          path_.string(), seq_ + 1);
-            if (!reopen_locked())
-                return fail();
-        }
-    }
-
     boost::json::object o;
     o["ts"] = rfc3339_now();
-    o["seq"] = seq_ + 1;
+    o["seq"] = seq;
     o["flow"] = r.flow;
     if (r.identity.empty())
         o["identity"] = nullptr;
@@ -303,20 +292,19 @@ bool audit_log::append(const audit_record& r) {
         a["at"] = r.approval->at;
         o["approval"] = std::move(a);
     }
-    o["prev"] = prev_hash_;
+    o["prev"] = prev;
     // The hash covers the serialised record without its own "hash" member (which is
     // always last), so a verifier hashes the line up to that member plus '}'.
     std::string body = boost::json::serialize(o);
-    std::string hash = sha256_hex(body);
+    hash = sha256_hex(body);
     body.pop_back(); // '}'
     body += ",\"hash\":\"" + hash + "\"}\n";
+    return body;
+}
 
-    if (regular_ && options_.max_size > 0 && size_ > 0 && size_ + body.size() > options_.max_size &&
-        !rotate_locked())
-        return fail();
-
-    const char* p = body.data();
-    std::size_t left = body.size();
+bool audit_log::write_locked(const std::string& data) {
+    const char* p = data.data();
+    std::size_t left = data.size();
     while (left > 0) {
         ssize_t n = ::write(fd_, p, left);
         if (n < 0 && errno == EINTR)
@@ -324,24 +312,110 @@ bool audit_log::append(const audit_record& r) {
         if (n <= 0) {
             // Cut a partial line off again (disk full, RLIMIT_FSIZE): the next record must
             // start on a fresh line or the chain would contain garbage.
-            if (regular_ && left != body.size())
+            if (regular_ && left != data.size())
                 (void)::ftruncate(fd_, static_cast<off_t>(size_));
-            return fail();
+            return false;
         }
         p += n;
         left -= static_cast<std::size_t>(n);
     }
     if (options_.fsync_always) {
         if (::fdatasync(fd_) != 0)
-            return fail();
+            return false;
     } else {
         dirty_ = true;
     }
-    size_ += body.size();
-    ++seq_;
-    prev_hash_ = std::move(hash);
+    return true;
+}
+
+bool audit_log::commit_locked(const std::vector<const audit_record*>& records) {
+    auto fail = [&] {
+        healthy_ = false;
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+    };
+    // Removed or replaced behind our back (rm, logrotate without copytruncate): records
+    // written to the orphaned inode would be invisible, so start a new file at the path.
+    if (regular_) {
+        struct stat st {};
+        if (::stat(path_.c_str(), &st) != 0 || st.st_dev != dev_ || st.st_ino != ino_) {
+            errors_.fetch_add(1, std::memory_order_relaxed);
+            spdlog::error("audit log {} was removed or replaced; continuing the chain in a new "
+                          "file at seq {}",
+                          path_.string(), seq_ + 1);
+            if (!reopen_locked())
+                return fail();
+        }
+    }
+    std::string batch;
+    std::uint64_t seq = seq_;
+    std::string prev = prev_hash_;
+    auto flush = [&] {
+        if (batch.empty())
+            return true;
+        if (!write_locked(batch))
+            return false;
+        size_ += batch.size();
+        seq_ = seq;
+        prev_hash_ = prev;
+        batch.clear();
+        return true;
+    };
+    for (const audit_record* r : records) {
+        std::string hash;
+        std::string line = line_for(*r, seq + 1, prev, hash);
+        const std::uint64_t at = size_ + batch.size();
+        if (regular_ && options_.max_size > 0 && at > 0 && at + line.size() > options_.max_size) {
+            // Rotation names the file after the last seq in it: write what precedes first.
+            if (!flush() || !rotate_locked())
+                return fail();
+        }
+        batch += line;
+        ++seq;
+        prev = std::move(hash);
+    }
+    if (!flush())
+        return fail();
     healthy_ = true;
     return true;
+}
+
+bool audit_log::append(const audit_record& r) {
+    std::lock_guard lock(mutex_);
+    return commit_locked({&r});
+}
+
+void audit_log::async_append(audit_record r, std::move_only_function<void(bool)> done) {
+    {
+        std::lock_guard lock(queue_mutex_);
+        queue_.push_back({std::move(r), std::move(done)});
+    }
+    queue_cv_.notify_one();
+}
+
+void audit_log::writer_loop() {
+    std::vector<queued> batch;
+    std::vector<const audit_record*> records;
+    for (;;) {
+        {
+            std::unique_lock lock(queue_mutex_);
+            queue_cv_.wait(lock, [&] { return writer_stop_ || !queue_.empty(); });
+            if (queue_.empty())
+                return; // stopping, nothing left
+            batch.swap(queue_);
+        }
+        records.clear();
+        for (const auto& q : batch)
+            records.push_back(&q.record);
+        bool ok;
+        {
+            std::lock_guard lock(mutex_);
+            ok = commit_locked(records);
+        }
+        for (auto& q : batch)
+            q.done(ok);
+        batch.clear();
+    }
 }
 
 std::string audit_log::redact_query(std::string_view url, bool all) {

@@ -4,10 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -236,3 +240,60 @@ TEST(audit_verify_test, missing_file_is_unreadable) {
 }
 
 } // namespace
+
+// Group commit: records from many threads through async_append and append, with rotation,
+// form one intact chain; every completion is called once, with true.
+TEST(audit_verify_test, async_appends_from_many_threads_form_one_chain) {
+    temp_dir d;
+    audit_options o;
+    o.max_size = 8000; // rotations inside batches
+    constexpr int threads = 4, per_thread = 150;
+    std::atomic<int> done{0}, failed{0};
+    {
+        auto log = audit_log::open(d.path / "audit.jsonl", o);
+        ASSERT_TRUE(log.has_value());
+        std::vector<std::thread> ts;
+        for (int t = 0; t < threads; ++t) {
+            ts.emplace_back([&, t] {
+                for (int i = 0; i < per_thread; ++i) {
+                    if (i % 10 == 0) { // the synchronous path interleaved
+                        if ((*log)->append(rec(t * 1000 + i)))
+                            done.fetch_add(1);
+                        else
+                            failed.fetch_add(1);
+                        continue;
+                    }
+                    (*log)->async_append(rec(t * 1000 + i),
+                                         [&](bool ok) { (ok ? done : failed).fetch_add(1); });
+                }
+            });
+        }
+        for (auto& t : ts)
+            t.join();
+    } // the destructor writes what is still queued
+    EXPECT_EQ(failed.load(), 0);
+    EXPECT_EQ(done.load(), threads * per_thread);
+    std::vector<fs::path> all;
+    for (const auto& e : fs::directory_iterator(d.path))
+        if (e.path().filename().string().starts_with("audit.jsonl."))
+            all.push_back(e.path());
+    ASSERT_GE(all.size(), 2u);
+    std::sort(all.begin(), all.end());
+    all.push_back(d.path / "audit.jsonl");
+    auto r = verify_audit_chain(all);
+    EXPECT_TRUE(r.ok) << r.file << ":" << r.line << " " << r.what << " " << r.detail;
+    EXPECT_EQ(r.records, static_cast<std::uint64_t>(threads * per_thread));
+}
+
+TEST(audit_verify_test, async_append_failure_is_reported_to_every_waiter) {
+    if (!fs::exists("/dev/full"))
+        GTEST_SKIP() << "/dev/full not available";
+    auto log = audit_log::open("/dev/full", false);
+    ASSERT_TRUE(log.has_value()) << log.error();
+    std::promise<bool> a, b;
+    (*log)->async_append(rec(1), [&](bool ok) { a.set_value(ok); });
+    (*log)->async_append(rec(2), [&](bool ok) { b.set_value(ok); });
+    EXPECT_FALSE(a.get_future().get());
+    EXPECT_FALSE(b.get_future().get());
+    EXPECT_FALSE((*log)->healthy());
+}

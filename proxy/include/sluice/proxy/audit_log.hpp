@@ -12,6 +12,13 @@
 // new file is started; the chain continues in it. `sluice audit verify audit.jsonl.*
 // audit.jsonl` checks the whole chain.
 //
+// Group commit: async_append() hands a record to the writer thread, which writes every
+// record waiting in one write(2) and, with fsync_always, makes them durable with one
+// fdatasync(2) before it reports each one done; records that arrive during a sync form
+// the next batch. A flow waiting for its record thus does not hold its io thread, and the
+// sync cost is shared by every flow waiting at that moment. append() and async_append()
+// share one order and one chain.
+//
 // Thread safety: every member function may be called from any thread (internal mutex).
 #pragma once
 
@@ -21,6 +28,7 @@
 #include <cstdint>
 #include <expected>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -109,6 +117,11 @@ public:
     /// at `path` and the chain continues there (counted in errors()).
     bool append(const audit_record& r);
 
+    /// Like append(), without waiting: `done(ok)` is called on the writer thread once the
+    /// record and the batch it joined are written (and, with fsync_always, synced); ok has
+    /// append()'s meaning. `done` must not block (post to the caller's executor).
+    void async_append(audit_record r, std::move_only_function<void(bool)> done);
+
     /// False once a write has failed (new flows are denied with 503 until it recovers:
     /// the next successful append makes it true again), or while less than `headroom`
     /// bytes can be written (checked at most every 100 ms: one statvfs and getrlimit).
@@ -126,6 +139,14 @@ private:
     bool reopen_locked();
     bool rotate_locked();
     void sync_loop();
+    void writer_loop();
+    /// Serialises `r` as record `seq` after `prev`; `hash` receives its hash.
+    static std::string line_for(const audit_record& r, std::uint64_t seq, const std::string& prev,
+                                std::string& hash);
+    /// Appends `records` in order (rotating as due), then syncs once with fsync_always.
+    bool commit_locked(const std::vector<const audit_record*>& records);
+    /// Writes `data` at the end (a partial write is cut off again); syncs or marks dirty.
+    bool write_locked(const std::string& data);
 
     mutable std::mutex mutex_;
     int fd_ = -1;
@@ -145,6 +166,16 @@ private:
     mutable std::atomic<std::uint64_t> errors_{0};
     std::condition_variable sync_cv_;
     std::thread sync_thread_;
+
+    struct queued {
+        audit_record record;
+        std::move_only_function<void(bool)> done;
+    };
+    std::mutex queue_mutex_; ///< guards queue_ and writer_stop_ (never held with mutex_)
+    std::condition_variable queue_cv_;
+    std::vector<queued> queue_;
+    bool writer_stop_ = false;
+    std::thread writer_thread_;
 };
 
 /// The outcome of verifying a chain of audit files given in chain order.
