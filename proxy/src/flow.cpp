@@ -11,7 +11,10 @@
 #include "sluice/dlp/policy.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -114,6 +117,33 @@ bool audit(flow_context& fc, audit_record r) {
         return false;
     }
     return true;
+}
+
+// audit() without holding this flow's thread while the record is written and synced: it
+// joins the audit writer's next batch (group commit, audit_log.hpp), and the flow resumes
+// on its own executor when the batch is durable. Same meaning of the result.
+net::awaitable<bool> audit_batched(flow_context& fc, audit_record r) {
+    r.flow = fc.flow;
+    r.identity = fc.identity;
+    r.source = fc.source;
+    if (fc.handle) {
+        fc.handle->bytes_up.fetch_add(r.bytes_up, std::memory_order_relaxed);
+        fc.handle->bytes_down.fetch_add(r.bytes_down, std::memory_order_relaxed);
+    }
+    if (fc.state->stats)
+        count_decision(*fc.state->stats, r);
+    auto& log = *fc.state->audit;
+    bool ok = co_await net::async_initiate<decltype(net::use_awaitable), void(bool)>(
+        [&log, &r](auto handler) {
+            auto ex = net::get_associated_executor(handler);
+            log.async_append(std::move(r), [h = std::move(handler), ex](bool done_ok) mutable {
+                net::post(ex, [h = std::move(h), done_ok]() mutable { std::move(h)(done_ok); });
+            });
+        },
+        net::use_awaitable);
+    if (!ok)
+        spdlog::error("flow {}: audit write failed; denying", fc.flow);
+    co_return ok;
 }
 
 std::vector<audit_finding> to_audit(const std::vector<dlp::finding_record>& fs) {
@@ -373,7 +403,7 @@ net::awaitable<connect_result> connect_upstream(upstream<ssl_stream>& up, const 
     boost::system::error_code ignored;
     s.socket().set_option(tcp::no_delay(true), ignored);
     ssl_stream tls(std::move(s), *fc.gen->upstream_tls);
-    if (!prepare_upstream_ssl(tls.native_handle(), d.host))
+    if (!prepare_upstream_ssl(tls.native_handle(), d.host, d.port))
         co_return connect_result::tls_failed;
     beast::get_lowest_layer(tls).expires_after(tls_handshake_timeout);
     auto [hec] = co_await tls.async_handshake(ssl::stream_base::client, as_tuple);
@@ -772,6 +802,18 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         ws.stats = fc.state->stats.get();
         ws.audit = [&fc](audit_record r) { return audit(fc, std::move(r)); };
         ws.masker = &masker;
+        if (fc.state->ctl) {
+            if (fc.handle)
+                fc.state->ctl->set_destination(*fc.handle, flow_kind::websocket, rec.url);
+            ws.hold = [&fc, &client,
+                       &rec](std::vector<audit_finding> found) -> net::awaitable<approval_outcome> {
+                approval_request held{fc.flow, fc.identity,   fc.source,       "GET",
+                                      rec.url, "dlp_finding", std::move(found)};
+                co_return co_await fc.state->ctl->hold(std::move(held), fc.handle.get(),
+                                                       beast::get_lowest_layer(client).socket(),
+                                                       fc.gen->settings->supervise_timeout);
+            };
+        }
         rec.findings = to_audit(findings);
         if (co_await relay_websocket(client, req, out, *up.stream, ws, rec) ==
             ws_outcome::upstream_failed)
@@ -957,7 +999,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     rec.findings = to_audit(findings);
     rec.masked_bytes += masker.masked();
     rec.duration_ms = elapsed_ms(started);
-    if (!audit(fc, std::move(rec)))
+    if (!co_await audit_batched(fc, std::move(rec)))
         co_return exchange_end::close;
     co_return relay_ok && !client_close ? exchange_end::keep_going : exchange_end::close;
 }

@@ -13,6 +13,12 @@
 // Ping/pong is answered by each session; a close from either peer is relayed with its
 // code (the client's close reason text is dropped: it would go upstream unscanned).
 //
+// A supervise verdict holds that message (ws_session_context::hold) without reading
+// the client further: approved, it goes upstream and the session goes on (record
+// "supervise_approved" with the message's findings and `approval`); denied or timed
+// out, both sides are closed 1008 (record "supervise_denied", reason approval_denied /
+// approval_timeout); a client that leaves withdraws it; a kill closes everything.
+//
 // Audit (CONTRACT.md): one "deny" record per denied message (findings located
 // "ws:message:<n>", n counting client messages from 1), one "allow" record for the
 // session at its end (bytes and message counts both ways). Metric:
@@ -28,6 +34,7 @@
 #include "sluice/dlp/policy.hpp"
 #include "sluice/dlp/variants.hpp"
 #include "sluice/proxy/audit_log.hpp"
+#include "sluice/proxy/control.hpp"
 #include "sluice/proxy/metrics.hpp"
 
 #include <boost/asio/awaitable.hpp>
@@ -99,6 +106,10 @@ struct ws_session_context {
     std::function<bool(audit_record)> audit;
     /// Brokered secrets to mask in what goes to the client; may be null.
     const dlp::secret_masker* masker = nullptr;
+    /// Holds a client message whose verdict is supervise until a person decides
+    /// (control::hold with the message's findings); the client is not read meanwhile
+    /// (backpressure). Null: such a message is refused (1008, approval_unavailable).
+    std::function<boost::asio::awaitable<approval_outcome>(std::vector<audit_finding>)> hold;
 };
 
 enum class ws_outcome {

@@ -121,14 +121,47 @@ net::awaitable<void> pump_up(WsClient& cl, WsUp& up, ws_session_context& ctx, se
             dlp::verdict v = ins->on_message(msg);
             if (ctx.stats)
                 count_scan(*ctx.stats, started, msg.size());
+            std::vector<audit_finding> found;
+            for (const auto& f : v.findings)
+                found.push_back({f.rule, f.location, f.variant, f.offset, f.fingerprint});
+            if (v.kind == dlp::verdict_kind::supervise && ctx.hold) {
+                auto out = co_await ctx.hold(found);
+                audit_record r = st.rec;
+                r.findings = found;
+                r.bytes_up = r.bytes_down = 0;
+                r.approval = audit_approval{out.id, out.by, out.at};
+                if (out.result == approval_outcome::kind::approved) {
+                    r.decision = "supervise_approved";
+                    ctx.audit(std::move(r));
+                    v.kind = dlp::verdict_kind::forward;
+                    v.findings.clear(); // recorded with the approval, not again at the end
+                } else {
+                    st.closing = true;
+                    r.decision = "supervise_denied";
+                    using k = approval_outcome::kind;
+                    r.reason = out.result == k::denied      ? "approval_denied"
+                               : out.result == k::timed_out ? "approval_timeout"
+                               : out.result == k::withdrawn ? "approval_withdrawn"
+                                                            : "killed";
+                    if (ctx.stats)
+                        ctx.stats->on_ws_message("up", "deny");
+                    ctx.audit(std::move(r));
+                    if (out.result == k::denied || out.result == k::timed_out) {
+                        co_await close_pair(up, cl, websocket::close_code::policy_error);
+                    } else {
+                        st.interrupted = true;
+                        co_await up.async_close(websocket::close_code::going_away, as_tuple);
+                    }
+                    co_return;
+                }
+            }
             if (v.kind != dlp::verdict_kind::forward) {
                 st.closing = true;
                 audit_record r = st.rec;
                 r.decision = "deny";
                 r.reason =
                     v.kind == dlp::verdict_kind::supervise ? "approval_unavailable" : v.reason;
-                for (const auto& f : v.findings)
-                    r.findings.push_back({f.rule, f.location, f.variant, f.offset, f.fingerprint});
+                r.findings = std::move(found);
                 r.bytes_up = r.bytes_down = 0;
                 if (ctx.stats)
                     ctx.stats->on_ws_message("up", "deny");

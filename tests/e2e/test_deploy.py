@@ -597,9 +597,6 @@ class guide_test(unittest.TestCase):
         # request reached the origin inside the intercepted tunnel, as the audit says).
         self.assertTrue(got, "no request reached the origin: " + r.stderr[-2000:])
         self.assertEqual(got[0]["method"], "GET")
-        if "Unexpected server response" in r.stderr:
-            self.skipTest("sluice does not relay WebSocket upgrades yet (issue 6): the "
-                          "recipe's proxy and CA settings work up to the upgrade")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("message hello " + m, r.stdout)
 

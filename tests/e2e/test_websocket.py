@@ -17,6 +17,7 @@ import asyncio
 import atexit
 import base64
 import http
+import json
 import os
 import socket
 import ssl
@@ -53,6 +54,8 @@ class st:
     stdout = None
     proxy_port = None
     metrics_port = None
+    sup_port = None     # listener bound to the `supervised` identity
+    admin_port = None
     audit = None
     sluice_ca = None
     token = None
@@ -151,24 +154,29 @@ def config_text():
 data_dir: {os.path.join(st.tmp, "data")}
 listeners:
   - address: 127.0.0.1:{st.proxy_port}
+    identity: local
+  - address: 127.0.0.1:{st.sup_port}
+    identity: supervised
 ca: {{cert: ca.pem, key: ca.key}}
 upstream:
   ca_file: {os.path.join(st.tmp, "test-ca.pem")}
   connect_timeout: 5s
 identities:
   - name: local
-    source_cidrs: [127.0.0.0/8]
+  - name: supervised
 policies:
-  - identity: local
+""" + "".join(f"""  - identity: {who}
     rules:
       - hosts: ["127.0.0.1", "localhost"]
         ports: [{ports}]
         action: allow
     dlp:
       detectors: [all]
-      on_finding: deny
+      on_finding: {action}
       max_body: {MAX_BODY}
     private_destinations: [127.0.0.1/32, "::1/128"]
+""" for who, action in (("local", "deny"), ("supervised", "supervise"))) + f"""supervise: {{timeout: 30s}}
+admin: {{address: "127.0.0.1:{st.admin_port}", token_file: admin.token}}
 metrics: {{address: "127.0.0.1:{st.metrics_port}"}}
 audit: {{path: {st.audit}, fsync: always}}
 """
@@ -191,6 +199,7 @@ def setUpModule():
         st.origin_raw = ws_origin(cert, key, None)
         st.origin_plain = ws_origin(None, None, "deflate")
         st.proxy_port, st.metrics_port = tp.free_port(), tp.free_port()
+        st.sup_port, st.admin_port = tp.free_port(), tp.free_port()
         st.audit = os.path.join(st.tmp, "audit.jsonl")
         st.sluice_ca = os.path.join(st.tmp, "data", "ca.pem")
         st.token = tp.github_classic_token()
@@ -216,10 +225,11 @@ def tearDownModule():
 
 # ---------------------------------------------------------------- clients
 
-def tunnel(port):
+def tunnel(port, proxy_port=None):
     """A socket to sluice with an accepted CONNECT localhost:port (read to the blank line
     only, so no TLS byte is lost)."""
-    sock = socket.create_connection(("127.0.0.1", st.proxy_port), timeout=IO_TIMEOUT_S)
+    sock = socket.create_connection(("127.0.0.1", proxy_port or st.proxy_port),
+                                    timeout=IO_TIMEOUT_S)
     authority = "localhost:%d" % port
     sock.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority)).encode())
     head = b""
@@ -236,8 +246,9 @@ def tunnel(port):
     return sock
 
 
-async def open_wss(origin, path, compression="deflate", **kw):
-    sock = await asyncio.get_running_loop().run_in_executor(None, tunnel, origin.port)
+async def open_wss(origin, path, compression="deflate", proxy_port=None, **kw):
+    sock = await asyncio.get_running_loop().run_in_executor(None, tunnel, origin.port,
+                                                            proxy_port)
     ctx = ssl.create_default_context(cafile=st.sluice_ca)
     return await websockets.connect("wss://localhost:%d%s" % (origin.port, path), sock=sock,
                                     ssl=ctx, server_hostname="localhost",
@@ -278,6 +289,35 @@ async def expect_closed(ws):
     except websockets.exceptions.ConnectionClosed:
         pass
     return ws.close_code, ws.close_reason
+
+
+def admin_token():
+    with open(os.path.join(st.tmp, "data", "admin.token")) as f:
+        return f.read().strip()
+
+
+def admin_call(method, path, body=None):
+    data = json.dumps(body or {}).encode() if method == "POST" else None
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (st.admin_port, path),
+                                 method=method, data=data,
+                                 headers={"Authorization": "Bearer " + admin_token(),
+                                          "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=IO_TIMEOUT_S) as r:
+        return r.status, json.loads(r.read())
+
+
+def admin_post(path):
+    return admin_call("POST", path)[0]
+
+
+def wait_for_approval(path):
+    deadline = time.monotonic() + IO_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for a in admin_call("GET", "/v1/approvals")[1]["approvals"]:
+            if path in a["url"]:
+                return a
+        time.sleep(0.05)
+    raise AssertionError("no approval entry for " + path)
 
 
 def metrics_text():
@@ -500,6 +540,86 @@ class websocket_test(unittest.TestCase):
         info = st.origin_pmd.details(path)
         self.assertTrue(info.get("pong"), info)  # the origin's ping was answered
         self.assertEqual(info.get("close_code"), 4002)
+
+    def test_supervised_message_is_held_until_decided(self):
+        for decision in ("approve", "deny"):
+            path = self.path("sup-" + decision)
+            secret_msg = "deploy with %s now" % st.token
+
+            async def go():
+                ws = await open_wss(st.origin_pmd, path, "deflate", proxy_port=st.sup_port)
+                await ws.send("hello")
+                self.assertEqual(await asyncio.wait_for(ws.recv(), IO_TIMEOUT_S), "hello")
+                await ws.send(secret_msg)
+                entry = await asyncio.get_running_loop().run_in_executor(
+                    None, wait_for_approval, path)
+                self.assertEqual(entry["reason"], "dlp_finding")
+                self.assertEqual({f["location"] for f in entry["findings"]}, {"ws:message:2"})
+                self.assertNotIn(st.token, json.dumps(entry))
+                # Held: the origin has only the first message.
+                self.assertEqual(st.origin_pmd.messages(path), ["hello"])
+                status = await asyncio.get_running_loop().run_in_executor(
+                    None, admin_post, "/v1/approvals/%s/%s" % (entry["id"], decision))
+                self.assertEqual(status, 200)
+                if decision == "deny":
+                    return await expect_closed(ws)
+                self.assertEqual(await asyncio.wait_for(ws.recv(), IO_TIMEOUT_S), secret_msg)
+                await ws.send("after")
+                self.assertEqual(await asyncio.wait_for(ws.recv(), IO_TIMEOUT_S), "after")
+                await ws.close()
+                return None
+
+            code = run(go())
+            if decision == "approve":
+                self.assertEqual(st.origin_pmd.messages(path), ["hello", secret_msg, "after"])
+                _, _, hits = tp.wait_for_audit(
+                    lambda r: path in r.get("url", "") and
+                    r.get("decision") == "supervise_approved")
+                self.assertEqual(hits[0]["approval"]["by"], "admin")
+                self.assertEqual(hits[0]["findings"][0]["location"], "ws:message:2")
+            else:
+                self.assertEqual(code[0], 1008)
+                self.assertEqual(st.origin_pmd.messages(path), ["hello"])
+                _, _, hits = tp.wait_for_audit(
+                    lambda r: path in r.get("url", "") and
+                    r.get("decision") == "supervise_denied")
+                self.assertEqual(hits[0]["reason"], "approval_denied")
+
+    def test_kill_closes_an_open_websocket_of_that_identity_only(self):
+        path_k, path_l = self.path("kill-me"), self.path("live-on")
+
+        async def go():
+            killed = await open_wss(st.origin_pmd, path_k, "deflate", proxy_port=st.sup_port)
+            alive = await open_wss(st.origin_pmd, path_l, "deflate")
+            for ws in (killed, alive):
+                await ws.send("ping")
+                self.assertEqual(await asyncio.wait_for(ws.recv(), IO_TIMEOUT_S), "ping")
+            flows = (await asyncio.get_running_loop().run_in_executor(
+                None, admin_call, "GET", "/v1/flows"))[1]["flows"]
+            mine = [f for f in flows if f["identity"] == "supervised"]
+            self.assertEqual([f["kind"] for f in mine], ["websocket"], flows)
+            status, doc = await asyncio.get_running_loop().run_in_executor(
+                None, admin_call, "POST", "/v1/kill", {"identity": "supervised"})
+            self.assertEqual((status, doc["closed"]), (200, 1))
+            started = time.monotonic()
+            with self.assertRaises(websockets.exceptions.ConnectionClosed):
+                await asyncio.wait_for(killed.recv(), IO_TIMEOUT_S)
+            self.assertLess(time.monotonic() - started, 2.0)
+            # The other identity's session goes on.
+            await alive.send("still here")
+            self.assertEqual(await asyncio.wait_for(alive.recv(), IO_TIMEOUT_S), "still here")
+            await alive.close()
+            # New sessions of the killed identity: 503 killed, until revived.
+            with self.assertRaises(Exception) as cm:
+                await open_wss(st.origin_pmd, self.path("after-kill"), proxy_port=st.sup_port)
+            self.assertIn("503", str(cm.exception))
+            status, _ = await asyncio.get_running_loop().run_in_executor(
+                None, admin_call, "POST", "/v1/revive", {"identity": "supervised"})
+            self.assertEqual(status, 200)
+            again = await open_wss(st.origin_pmd, self.path("revived"), proxy_port=st.sup_port)
+            await again.close()
+
+        run(go())
 
     def test_refused_upgrade_is_relayed(self):
         path = self.path("refuse")
