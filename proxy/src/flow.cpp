@@ -100,9 +100,8 @@ std::uint64_t elapsed_ms(std::chrono::steady_clock::time_point since) {
                                           .count());
 }
 
-// Writes one audit record; false means the record could not be written and the caller
-// must not let the exchange proceed (fail closed).
-bool audit(flow_context& fc, audit_record r) {
+// Fills in who and where, and counts the record's bytes and decision.
+void stamp(flow_context& fc, audit_record& r) {
     r.flow = fc.flow;
     r.identity = fc.identity;
     r.source = fc.source;
@@ -112,6 +111,12 @@ bool audit(flow_context& fc, audit_record r) {
     }
     if (fc.state->stats)
         count_decision(*fc.state->stats, r);
+}
+
+// Writes one audit record; false means the record could not be written and the caller
+// must not let the exchange proceed (fail closed).
+bool audit(flow_context& fc, audit_record r) {
+    stamp(fc, r);
     if (!fc.state->audit->append(r)) {
         spdlog::error("flow {}: audit write failed; denying", fc.flow);
         return false;
@@ -123,15 +128,7 @@ bool audit(flow_context& fc, audit_record r) {
 // joins the audit writer's next batch (group commit, audit_log.hpp), and the flow resumes
 // on its own executor when the batch is durable. Same meaning of the result.
 net::awaitable<bool> audit_batched(flow_context& fc, audit_record r) {
-    r.flow = fc.flow;
-    r.identity = fc.identity;
-    r.source = fc.source;
-    if (fc.handle) {
-        fc.handle->bytes_up.fetch_add(r.bytes_up, std::memory_order_relaxed);
-        fc.handle->bytes_down.fetch_add(r.bytes_down, std::memory_order_relaxed);
-    }
-    if (fc.state->stats)
-        count_decision(*fc.state->stats, r);
+    stamp(fc, r);
     auto& log = *fc.state->audit;
     bool ok = co_await net::async_initiate<decltype(net::use_awaitable), void(bool)>(
         [&log, &r](auto handler) {
