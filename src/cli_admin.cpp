@@ -992,6 +992,7 @@ int cmd_flows(int argc, char** argv) {
         call_all(s->replicas, call{http::verb::get, "/v1/flows", {}}, s->token, s->opts.timeout);
     bool failed = false;
     json::array merged, statuses;
+    std::size_t answered = 0; // replicas whose flows were read
     // Kill switch state per replica: {all, identities}.
     std::vector<std::pair<std::string, std::string>> killed_text;
     for (std::size_t i = 0; i < outs.size(); ++i) {
@@ -1031,6 +1032,7 @@ int cmd_flows(int argc, char** argv) {
         }
         killed_text.emplace_back(s->replicas[i].label, k);
         statuses.push_back(std::move(e));
+        ++answered;
     }
     std::stable_sort(merged.begin(), merged.end(), [](const json::value& a, const json::value& b) {
         const auto &x = a.as_object(), &y = b.as_object();
@@ -1044,7 +1046,11 @@ int cmd_flows(int argc, char** argv) {
     } else {
         bool multi = s->replicas.size() > 1;
         if (merged.empty()) {
-            std::cout << "no live flows\n";
+            // Said only of replicas that answered: nothing is known of the others.
+            if (answered == s->replicas.size())
+                std::cout << "no live flows\n";
+            else if (answered > 0)
+                std::cout << "no live flows on the replicas that answered\n";
         } else {
             table t;
             if (multi)

@@ -290,6 +290,8 @@ std::string audit_log::line_for(const audit_record& r, std::uint64_t seq, const 
         a["id"] = r.approval->id;
         a["by"] = r.approval->by;
         a["at"] = r.approval->at;
+        if (!r.approval->reason.empty())
+            a["reason"] = r.approval->reason;
         o["approval"] = std::move(a);
     }
     o["prev"] = prev;

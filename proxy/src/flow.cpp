@@ -649,10 +649,18 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         vo.protect = fc.gen->protect;
         dlp::inspector ins(policy, thread_scanner(fc.gen->settings->rules), std::move(vo));
         dlp::verdict v = ins.on_head(view);
-        if (v.kind == dlp::verdict_kind::forward && !streamed) {
-            auto head_findings = std::move(v.findings);
+        // The body is scanned unless the head alone denies: a held request must show the
+        // approver (and the audit) every finding it carries, not just the head's.
+        if (v.kind != dlp::verdict_kind::deny && !streamed) {
+            dlp::verdict head_v = std::move(v);
             v = ins.on_body(req.body());
-            v.findings.insert(v.findings.begin(), head_findings.begin(), head_findings.end());
+            v.findings.insert(v.findings.begin(), head_v.findings.begin(), head_v.findings.end());
+            if (head_v.kind == dlp::verdict_kind::supervise &&
+                v.kind == dlp::verdict_kind::forward) {
+                v.kind = head_v.kind;
+                v.status = head_v.status;
+                v.reason = std::move(head_v.reason);
+            }
         }
         findings = v.findings;
         if (fc.state->stats)
@@ -687,7 +695,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         auto out = co_await fc.state->ctl->hold(std::move(held), fc.handle.get(),
                                                 beast::get_lowest_layer(client).socket(),
                                                 fc.gen->settings->supervise_timeout);
-        rec.approval = audit_approval{out.id, out.by, out.at};
+        rec.approval = audit_approval{out.id, out.by, out.at, out.reason};
         switch (out.result) {
         case approval_outcome::kind::approved:
             break;
@@ -709,7 +717,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             rec.duration_ms = elapsed_ms(started);
             audit(fc, std::move(rec));
             co_return exchange_end::close;
-        case approval_outcome::kind::killed:
+        case approval_outcome::kind::killed: // the socket is closed: the 503 rarely gets out
+            rec.decision = "supervise_denied";
             rec.duration_ms = elapsed_ms(started);
             co_await deny(client, fc, 503, "killed", rec, findings, false);
             co_return exchange_end::close;
@@ -992,7 +1001,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         up.stream.reset();
 
     rec.decision = rec.approval ? "supervise_approved" : "allow";
-    rec.reason = relay_ok ? "" : "relay_interrupted";
+    rec.reason = relay_ok ? "" : killed_now(fc) ? "killed" : "relay_interrupted";
     rec.findings = to_audit(findings);
     rec.masked_bytes += masker.masked();
     rec.duration_ms = elapsed_ms(started);

@@ -129,7 +129,7 @@ net::awaitable<void> pump_up(WsClient& cl, WsUp& up, ws_session_context& ctx, se
                 audit_record r = st.rec;
                 r.findings = found;
                 r.bytes_up = r.bytes_down = 0;
-                r.approval = audit_approval{out.id, out.by, out.at};
+                r.approval = audit_approval{out.id, out.by, out.at, out.reason};
                 if (out.result == approval_outcome::kind::approved) {
                     r.decision = "supervise_approved";
                     ctx.audit(std::move(r));
@@ -319,7 +319,7 @@ relay_websocket(ClientStream& client,
         answer.prepare_payload();
         beast::get_lowest_layer(client).expires_after(handshake_timeout);
         auto [wec, wn] = co_await http::async_write(client, answer, as_tuple);
-        rec.decision = "allow";
+        rec.decision = rec.approval ? "supervise_approved" : "allow";
         rec.reason = wec ? "relay_interrupted" : "";
         rec.bytes_down = answer.body().size();
         rec.duration_ms =
@@ -359,7 +359,8 @@ relay_websocket(ClientStream& client,
         co_await (pump_up(cl, up, ctx, st, ins ? &*ins : nullptr, max_message) &&
                   pump_down(up, cl, ctx, st));
     }
-    st.rec.decision = "allow";
+    // A session whose upgrade was approved is recorded as such, like an approved request.
+    st.rec.decision = st.rec.approval ? "supervise_approved" : "allow";
     st.rec.reason = st.interrupted ? "relay_interrupted" : "";
     st.rec.ws_messages_up = st.messages_up;
     st.rec.ws_messages_down = st.messages_down;

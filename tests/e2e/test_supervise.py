@@ -432,6 +432,26 @@ class supervise_test(unittest.TestCase):
         with open(st.audit, "rb") as fh:
             self.assertNotIn(token.encode(), fh.read())
 
+    def test_a_head_finding_does_not_hide_the_bodys_from_the_approver(self):
+        # A token in a header and another in the body: the entry and the audit list both,
+        # so a person approving knows everything that would leave.
+        mark = tp.marker()
+        head_token, body_token = tp.github_classic_token(), tp.github_classic_token()
+        p = curl_bg("sup", url("/upload/" + mark), "-H", "Authorization: token " + head_token,
+                    data='{"k": "%s"}' % body_token)
+        a = approval_for(mark)
+        self.assertEqual({f["location"] for f in a["findings"]},
+                         {"header:authorization", "body"}, a["findings"])
+        admin("POST", "/v1/approvals/%s/deny" % a["id"], {"by": "carol", "reason": "two keys"})
+        code, (st_, hdrs), body = curl_result(p)
+        self.assert_sluice_answer(st_, hdrs, body, 403, "approval_denied")
+        recs = audit_where(lambda r: mark in r["url"] and r["decision"] == "supervise_denied",
+                           "supervise_denied")
+        self.assertEqual({f["location"] for f in recs[0]["findings"]},
+                         {"header:authorization", "body"})
+        self.assertEqual((recs[0]["approval"]["by"], recs[0]["approval"]["reason"]),
+                         ("carol", "two keys"))
+
     def test_admin_routes_need_the_token_and_change_nothing_without_it(self):
         mark = tp.marker()
         p = curl_bg("sup", url("/held/" + mark))

@@ -53,6 +53,7 @@ struct audit_approval {
     std::string id;
     std::string by;
     std::string at;
+    std::string reason; ///< the decider's words (API `reason`), written when not empty
 };
 
 /// One decision. `ts` and `seq`, `prev` and `hash` are filled in by the log.
