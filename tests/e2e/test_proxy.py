@@ -930,6 +930,18 @@ req.end();
         self.assertNotIn(S.token[4:], sluice_stderr_text())
 
 
+def sighup_blocked(pid):
+    """True once the process's main thread blocks SIGHUP (/proc/PID/status SigBlk)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("SigBlk:"):
+                    return int(line.split()[1], 16) & (1 << (signal.SIGHUP - 1)) != 0
+    except OSError:
+        pass
+    return False
+
+
 class run_test(unittest.TestCase):
     """`sluice run` start-up output and shutdown (CONTRACT.md "Command line")."""
 
@@ -989,7 +1001,14 @@ class run_test(unittest.TestCase):
                                     stdout=subprocess.DEVNULL, stderr=err,
                                     stdin=subprocess.DEVNULL, env=client_env())
             try:
-                time.sleep(0.2)
+                # Send it once sluice blocks SIGHUP (its first act, long before the rules
+                # have compiled and the handlers exist); a fixed sleep raced process start-up
+                # under the sanitizers on a loaded machine.
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and not sighup_blocked(proc.pid):
+                    self.assertIsNone(proc.poll())
+                    time.sleep(0.01)
+                self.assertTrue(sighup_blocked(proc.pid), "sluice never blocked SIGHUP")
                 self.assertIsNone(proc.poll())
                 proc.send_signal(signal.SIGHUP)
                 self.assertTrue(wait_for_port(port, proc, START_TIMEOUT_S),
