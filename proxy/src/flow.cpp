@@ -3,6 +3,7 @@
 #include "answers.hpp"
 #include "ref_layer.hpp"
 #include "request_head.hpp"
+#include "upstream_pool.hpp"
 #include "websocket_relay.hpp"
 
 #include "sluice/detectors/scanner.hpp"
@@ -13,8 +14,11 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/execution/context.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -56,6 +60,7 @@ constexpr auto tls_handshake_timeout = 15s;
 constexpr auto upstream_io_timeout = 120s;
 constexpr std::uint32_t header_limit = 64 * 1024;
 constexpr std::size_t relay_chunk = 16 * 1024;
+constexpr std::size_t idle_read_size = 1024; // the first read of a keep-alive request
 
 using ssl_stream = beast::ssl_stream<beast::tcp_stream>;
 
@@ -328,14 +333,26 @@ enum class resolve_result { ok, failed, private_address };
 
 // Resolves the host once and checks every address against the SSRF guard; the flow
 // connects only to these checked endpoints.
+// An IP literal needs no resolver (whose getaddrinfo runs on a helper thread).
 net::awaitable<resolve_result> resolve_destination(destination& d, const dlp::policy& policy) {
-    tcp::resolver resolver(co_await net::this_coro::executor);
-    auto [ec, results] = co_await resolver.async_resolve(d.host, std::to_string(d.port), as_tuple);
-    if (ec || results.empty())
-        co_return resolve_result::failed;
+    std::vector<tcp::endpoint> found;
+    boost::system::error_code aec;
+    std::string_view literal = d.host;
+    if (literal.size() > 2 && literal.front() == '[' && literal.back() == ']')
+        literal = literal.substr(1, literal.size() - 2);
+    if (auto addr = net::ip::make_address(literal, aec); !aec) {
+        found.emplace_back(addr, d.port);
+    } else {
+        tcp::resolver resolver(co_await net::this_coro::executor);
+        auto [ec, results] =
+            co_await resolver.async_resolve(d.host, std::to_string(d.port), as_tuple);
+        if (ec || results.empty())
+            co_return resolve_result::failed;
+        for (const auto& r : results)
+            found.push_back(r.endpoint());
+    }
     d.endpoints.clear();
-    for (const auto& r : results) {
-        auto ep = r.endpoint();
+    for (const auto& ep : found) {
         auto ip = dlp::ip_address::parse(ep.address().to_string());
         if (!ip)
             co_return resolve_result::failed;
@@ -827,6 +844,18 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         up.stream.reset();
         co_return exchange_end::close;
     }
+    // Otherwise an idle connection of this identity to the same place, if one is pooled
+    // on this io_context (upstream_pool.hpp).
+    auto& pool = net::use_service<upstream_pool<UpstreamStream, generation>>(
+        net::query(co_await net::this_coro::executor, net::execution::context));
+    const std::string pool_key = fc.identity + '\n' + key;
+    if (!up.stream || up.key != key) {
+        if (auto pooled = pool.take(pool_key, fc.gen)) {
+            up.stream.emplace(std::move(*pooled));
+            up.buffer.clear();
+            up.key = key;
+        }
+    }
     bool reused = up.stream && up.key == key;
     for (int attempt = 0; attempt < 2; ++attempt) {
         if (!up.stream || up.key != key) {
@@ -997,8 +1026,15 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 break;
         }
     }
-    if (!relay_ok || !upstream_keep_alive)
+    if (!relay_ok || !upstream_keep_alive || up.buffer.size() != 0) {
         up.stream.reset();
+        up.buffer.clear();
+    } else if (up.stream) {
+        // Between messages: back to the pool, so an idle client holds no upstream.
+        pool.put(pool_key, fc.gen, std::move(*up.stream));
+        up.stream.reset();
+    }
+    up.buffer.shrink_to_fit();
 
     rec.decision = rec.approval ? "supervise_approved" : "allow";
     rec.reason = relay_ok ? "" : killed_now(fc) ? "killed" : "relay_interrupted";
@@ -1024,6 +1060,10 @@ net::awaitable<head_status> read_head_raw(Stream& client, beast::flat_buffer& bu
     bool idle = buf.size() == 0;
     beast::get_lowest_layer(client).expires_after(idle ? client_idle_timeout
                                                        : client_header_timeout);
+    // An idle keep-alive connection waits with a small buffer: the last exchange's
+    // capacity is given back, and the buffer grows again once bytes arrive.
+    if (idle)
+        buf.shrink_to_fit();
     std::size_t head_size = 0;
     for (;;) {
         std::string_view data(static_cast<const char*>(buf.data().data()), buf.size());
@@ -1039,7 +1079,8 @@ net::awaitable<head_status> read_head_raw(Stream& client, beast::flat_buffer& bu
         if (data.size() >= request_header_limit)
             co_return head_status::malformed;
         auto [ec, n] = co_await client.async_read_some(
-            buf.prepare(std::min<std::size_t>(request_header_limit - data.size(), 16 * 1024)),
+            buf.prepare(std::min<std::size_t>(request_header_limit - data.size(),
+                                              idle ? idle_read_size : 16 * 1024)),
             as_tuple);
         if (ec)
             co_return head_status::closed; // EOF, reset, idle or header timeout

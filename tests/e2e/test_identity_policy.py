@@ -571,6 +571,41 @@ class identity_test(base):
                 self.assert_origin_saw_nothing(m)
 
 
+# ---------------------------------------------------------------- upstream reuse
+
+class upstream_reuse_test(base):
+    """Upstream keep-alive connections are pooled per io_context, identity and
+    destination (issue 10): a new client connection reuses one, another identity never
+    does. sluice runs one io_context per CPU and deals connections out in turn, so with
+    2C+1 sequential client connections every io_context serves at least two of them."""
+
+    def upstream_ports(self, source, count):
+        authority = "localhost:%d" % st.origin.port
+        ports = []
+        for _ in range(count):
+            m = marker()
+            a, r = self.tunnel_get(authority, "localhost", authority, "/reuse/" + m,
+                                   source=source)
+            self.assertEqual((a.status, r.status if r else None), (200, 200), (a, r))
+            seen = st.origin.requests_for(m)
+            self.assertEqual(len(seen), 1, seen)
+            ports.append(seen[0]["client_port"])
+        return ports
+
+    def test_new_client_connections_reuse_upstream_connections(self):
+        contexts = os.cpu_count() or 1
+        ports = self.upstream_ports(SRC_MAIN, 2 * contexts + 1)
+        self.assertLessEqual(len(set(ports)), contexts,
+                             "every client connection opened its own upstream: %r" % ports)
+
+    def test_identities_never_share_an_upstream_connection(self):
+        contexts = os.cpu_count() or 1
+        main = self.upstream_ports(SRC_MAIN, 2 * contexts + 1)
+        other = self.upstream_ports(SRC_CIDR, 2 * contexts + 1)
+        self.assertLessEqual(len(set(other)), contexts, other)
+        self.assertEqual(set(main) & set(other), set(), (main, other))
+
+
 # ---------------------------------------------------------------- policy
 
 class policy_test(base):
