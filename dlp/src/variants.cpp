@@ -385,6 +385,7 @@ struct chunk_masks {
     std::uint64_t bs = 0;      // '\\'
     std::uint64_t escnext = 0; // u U x / 0-7 (after '\\')
     std::uint64_t ampnext = 0; // '#' or a letter (after '&')
+    std::uint64_t high = 0;    // >= 0x80
 };
 
 // What the candidate loop visits in one chunk: bit k stands for byte c + k.
@@ -394,7 +395,8 @@ struct chunk_events {
     std::uint64_t trig = 0;        ///< a trigger that starts an escape worth decoding
     std::uint64_t hexdig = 0;      ///< hex digits of this chunk
     std::uint64_t hexdig_next = 0; ///< and of the next one
-    bool any() const noexcept { return (b64 | hex | trig) != 0; }
+    std::uint64_t high = 0;        ///< bytes >= 0x80 (when the unicode family is on)
+    bool any() const noexcept { return (b64 | hex | trig | high) != 0; }
     /// Hex digits among bytes k..k+15.
     unsigned hex_digits(unsigned k) const noexcept {
         const std::uint64_t w = k == 0 ? hexdig : (hexdig >> k) | (hexdig_next << (64 - k));
@@ -411,6 +413,7 @@ struct chunk_hit {
 struct mask_cache {
     std::size_t at = std::numeric_limits<std::size_t>::max();
     chunk_masks masks;
+    std::uint64_t high_on = 0; ///< all ones: chunks with bytes >= 0x80 are hits too
 };
 
 // Bit k set when bits k..k+15 of the 128-bit value hi:lo are all set (k < 64).
@@ -433,9 +436,10 @@ struct mask_cache {
 }
 
 // Chunk `a` (bytes [c, c+64)) with the next chunk `b` for lookahead.
-[[gnu::always_inline]] inline chunk_events events(const chunk_masks& a,
-                                                  const chunk_masks& b) noexcept {
+[[gnu::always_inline]] inline chunk_events events(const chunk_masks& a, const chunk_masks& b,
+                                                  std::uint64_t high_on) noexcept {
     chunk_events e;
+    e.high = a.high & high_on;
     e.hexdig = a.hexdig;
     e.hexdig_next = b.hexdig;
     // The byte after each byte of `a`, as masks.
@@ -464,7 +468,7 @@ struct mask_cache {
         chunk_masks cur = cache.at == c ? cache.masks : CLASSIFY(d + c);                           \
         while (c + 128 <= n) {                                                                     \
             const chunk_masks nxt = CLASSIFY(d + c + 64);                                          \
-            const chunk_events ev = events(cur, nxt);                                              \
+            const chunk_events ev = events(cur, nxt, cache.high_on);                               \
             if (ev.any()) {                                                                        \
                 cache.at = c + 64;                                                                 \
                 cache.masks = nxt;                                                                 \
@@ -478,7 +482,8 @@ struct mask_cache {
     alignas(64) unsigned char pad[192] = {};                                                       \
     std::memcpy(pad, d + c, n - c);                                                                \
     for (std::size_t off = 0; c + off < n; off += 64) {                                            \
-        const chunk_events ev = events(CLASSIFY(pad + off), CLASSIFY(pad + off + 64));             \
+        const chunk_events ev =                                                                    \
+            events(CLASSIFY(pad + off), CLASSIFY(pad + off + 64), cache.high_on);                  \
         if (ev.any())                                                                              \
             return {c + off, ev};                                                                  \
     }                                                                                              \
@@ -512,6 +517,7 @@ struct mask_cache {
     m.bs |= mask(eq(v, '\\'));
     m.escnext |= mask(escnext);
     m.ampnext |= mask(_mm_or_si128(alpha, eq(v, '#')));
+    m.high |= mask(v);
 }
 
 [[gnu::always_inline]] inline chunk_masks classify64_sse2(const unsigned char* p) noexcept {
@@ -564,6 +570,7 @@ classify32_into(const unsigned char* p, unsigned shift, chunk_masks& m) noexcept
     m.bs |= SLUICE_AVX_MASK(avx_eq(v, '\\'));
     m.escnext |= SLUICE_AVX_MASK(escnext);
     m.ampnext |= SLUICE_AVX_MASK(_mm256_or_si256(alpha, avx_eq(v, '#')));
+    m.high |= SLUICE_AVX_MASK(v);
 #undef SLUICE_AVX_MASK
 }
 
@@ -620,7 +627,8 @@ classify64_vbmi(const unsigned char* p) noexcept {
     const __m512i v = _mm512_loadu_si512(p);
     const __m512i lo = _mm512_load_si512(vbmi_classes.data());
     const __m512i hi = _mm512_load_si512(vbmi_classes.data() + 64);
-    const __m512i c = _mm512_maskz_permutex2var_epi8(~_mm512_movepi8_mask(v), lo, v, hi);
+    const __mmask64 high = _mm512_movepi8_mask(v);
+    const __m512i c = _mm512_maskz_permutex2var_epi8(~high, lo, v, hi);
 #define SLUICE_VBMI_TEST(bit)                                                                      \
     static_cast<std::uint64_t>(_mm512_test_epi8_mask(c, _mm512_set1_epi8(static_cast<char>(bit))))
     chunk_masks m;
@@ -633,6 +641,7 @@ classify64_vbmi(const unsigned char* p) noexcept {
     m.bs = SLUICE_VBMI_TEST(v_bs);
     m.escnext = SLUICE_VBMI_TEST(v_escnext);
     m.ampnext = SLUICE_VBMI_TEST(v_ampnext);
+    m.high = static_cast<std::uint64_t>(high);
 #undef SLUICE_VBMI_TEST
     return m;
 }
@@ -660,6 +669,7 @@ inline chunk_masks classify64_table(const unsigned char* p) noexcept {
         m.escnext |=
             ((ch | 0x20) == 'u' || ch == 'x' || ch == '/' || (ch >= '0' && ch <= '7')) ? bit : 0;
         m.ampnext |= (alpha || ch == '#') ? bit : 0;
+        m.high |= ch >= 0x80 ? bit : 0;
     }
     return m;
 }
@@ -1291,12 +1301,80 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         done = std::max(done, std::max(next, i + 1));
         return st;
     };
+    // Non-ASCII text: each whitespace-delimited token holding a byte >= 0x80, nearby ones
+    // merged, folded after the candidate loop (escape regions it visits may span such
+    // text). The loop reports chunks holding such bytes as hits (mask_cache::high_on), and
+    // na_scan looks at those chunks and at the bytes a visit skipped (never classified):
+    // one read of the input instead of a second pass over all of it.
+    std::vector<std::pair<std::size_t, std::size_t>> na_regions;
+    std::size_t na_begin = npos;
+    std::size_t na_end = 0;
+    std::size_t na_pos = 0; // bytes before this have been looked at
+    // Non-ASCII bytes in [k, to), and the tokens they are in (which may reach past `to`).
+    const auto na_scan = [&](std::size_t k, std::size_t to) {
+        for (k = std::max(k, na_pos); k < to;) {
+#if defined(__SSE2__)
+            // 64 bytes per test: almost all of the input is ASCII.
+            if (k + 64 <= n) {
+                const auto* q = reinterpret_cast<const __m128i*>(d + k);
+                const __m128i v =
+                    _mm_or_si128(_mm_or_si128(_mm_loadu_si128(q), _mm_loadu_si128(q + 1)),
+                                 _mm_or_si128(_mm_loadu_si128(q + 2), _mm_loadu_si128(q + 3)));
+                if (_mm_movemask_epi8(v) == 0) {
+                    k += 64;
+                    continue;
+                }
+            }
+            if (k + 16 <= n) {
+                const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + k));
+                if (_mm_movemask_epi8(v) == 0) {
+                    k += 16;
+                    continue;
+                }
+            }
+#endif
+            if (k + 8 <= n) {
+                std::uint64_t w;
+                std::memcpy(&w, d + k, 8);
+                if ((w & 0x8080808080808080ull) == 0) {
+                    k += 8;
+                    continue;
+                }
+            }
+            if (d[k] < 0x80) {
+                ++k;
+                continue;
+            }
+            std::size_t b = k;
+            while (b > 0 && !is_space(d[b - 1]) && b > na_end)
+                --b;
+            std::size_t e = k;
+            while (e < n && !is_space(d[e]))
+                ++e;
+            if (na_begin != npos && b <= na_end + 64) {
+                na_end = e;
+            } else {
+                if (na_begin != npos)
+                    na_regions.emplace_back(na_begin, na_end);
+                na_begin = b;
+                na_end = e;
+            }
+            k = e;
+        }
+        na_pos = std::max(na_pos, k);
+    };
+    const bool want_na = (opts_.enabled & dec_unicode) != 0;
     mask_cache cache;
+    cache.high_on = want_na ? ~std::uint64_t{0} : 0;
     for (std::size_t from = 0; from < n;) {
+        if (want_na && done > from)
+            na_scan(from, done);
         const chunk_hit h = next_events(d, std::max(from, done), n, cache);
         if (h.at >= n)
             break;
         const std::size_t at = h.at;
+        if (h.ev.high != 0)
+            na_scan(at + static_cast<unsigned>(__builtin_ctzll(h.ev.high)), std::min(n, at + 64));
         std::uint64_t b64 = h.ev.b64;
         std::uint64_t hex = (opts_.enabled & dec_hex) ? h.ev.hex : 0;
         std::uint64_t trig = h.ev.trig;
@@ -1341,60 +1419,6 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 return st;
         }
         from = at + 64;
-    }
-    // Non-ASCII text, found in a separate pass because escape regions above may span it:
-    // each whitespace-delimited token holding a byte >= 0x80, nearby ones merged.
-    std::vector<std::pair<std::size_t, std::size_t>> na_regions;
-    std::size_t na_begin = npos;
-    std::size_t na_end = 0;
-    for (std::size_t k = (opts_.enabled & dec_unicode) ? 0 : n; k < n;) {
-#if defined(__SSE2__)
-        // 64 bytes per test: almost all of the input is ASCII.
-        if (k + 64 <= n) {
-            const auto* q = reinterpret_cast<const __m128i*>(d + k);
-            const __m128i v =
-                _mm_or_si128(_mm_or_si128(_mm_loadu_si128(q), _mm_loadu_si128(q + 1)),
-                             _mm_or_si128(_mm_loadu_si128(q + 2), _mm_loadu_si128(q + 3)));
-            if (_mm_movemask_epi8(v) == 0) {
-                k += 64;
-                continue;
-            }
-        }
-        if (k + 16 <= n) {
-            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + k));
-            if (_mm_movemask_epi8(v) == 0) {
-                k += 16;
-                continue;
-            }
-        }
-#endif
-        if (k + 8 <= n) {
-            std::uint64_t w;
-            std::memcpy(&w, d + k, 8);
-            if ((w & 0x8080808080808080ull) == 0) {
-                k += 8;
-                continue;
-            }
-        }
-        if (d[k] < 0x80) {
-            ++k;
-            continue;
-        }
-        std::size_t b = k;
-        while (b > 0 && !is_space(d[b - 1]) && b > na_end)
-            --b;
-        std::size_t e = k;
-        while (e < n && !is_space(d[e]))
-            ++e;
-        if (na_begin != npos && b <= na_end + 64) {
-            na_end = e;
-        } else {
-            if (na_begin != npos)
-                na_regions.emplace_back(na_begin, na_end);
-            na_begin = b;
-            na_end = e;
-        }
-        k = e;
     }
     if (na_begin != npos)
         na_regions.emplace_back(na_begin, na_end);

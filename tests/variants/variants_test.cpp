@@ -890,6 +890,45 @@ TEST_F(variants_test, json_escapes_in_non_json_bodies) {
     }
 }
 
+// Look-alike text is folded wherever it sits: at every offset from a 64-byte boundary
+// (the candidate loop classifies the input in 64-byte chunks and reports those holding
+// bytes >= 0x80), inside an escape string or a percent-encoded token (regions the loop
+// visits and then skips: their non-ASCII bytes are looked at there), after a long run of
+// the base64 alphabets, and at the very end of the input. The finding comes from folding
+// the text as it is ("unicode"), not only from folding a decoded region later.
+TEST_F(variants_test, look_alike_text_at_any_offset_and_inside_skipped_regions) {
+    const std::vector<std::pair<std::string, std::string>> around = {
+        {"", ""},
+        {"s=\"\\x41\\x42 ", "\""},
+        {"p=%41%42=", ""},
+        {"id=" + std::string(100, 'Q') + " ", ""},
+    };
+    const std::vector<std::function<std::string(std::string_view)>> wraps = {homoglyphs, full_width,
+                                                                             zero_width};
+    for (const auto& t : tokens()) {
+        for (std::size_t w = 0; w < wraps.size(); ++w) {
+            const std::string wrapped = wraps[w](t.text);
+            for (const auto& [pre, post] : around) {
+                for (std::size_t offset = 0; offset <= 64; ++offset) {
+                    for (const std::string_view tail : {"", "\nrest of the text\n"}) {
+                        const std::string body = std::string(offset, '.') + " " + pre + wrapped +
+                                                 post + std::string(tail);
+                        variant_scanner vs(*scanner_);
+                        std::vector<variant_finding> out;
+                        ASSERT_EQ(vs.scan(body, "body", out), variant_status::ok);
+                        bool found = false;
+                        for (const auto& f : out)
+                            found = found || (f.f.rule_id == t.rule &&
+                                              (f.variant == "unicode" || f.variant == "raw"));
+                        EXPECT_TRUE(found) << t.rule << " wrap " << w << " after \"" << pre
+                                           << "\" at offset " << offset << " tail " << tail.size();
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST(decoders, unit_cases) {
     std::string out;
     EXPECT_TRUE(decode::base64("aGVsbG8gd29ybGQ", out));
