@@ -386,6 +386,10 @@ struct chunk_masks {
     std::uint64_t escnext = 0; // u U x / 0-7 (after '\\')
     std::uint64_t ampnext = 0; // '#' or a letter (after '&')
     std::uint64_t high = 0;    // >= 0x80
+    // Set by the VBMI classifier only, which combines the byte-after tests in mask
+    // registers (events_vbmi); it leaves cd, sp, pct, amp, bs, escnext and ampnext zero.
+    std::uint64_t trig = 0; // chunk_events::trig
+    std::uint64_t hexd = 0; // hex digits, ':' '-', and ' ' before a hex digit
 };
 
 // What the candidate loop visits in one chunk: bit k stands for byte c + k.
@@ -436,39 +440,58 @@ struct mask_cache {
 }
 
 // Chunk `a` (bytes [c, c+64)) with the next chunk `b` for lookahead.
-[[gnu::always_inline]] inline chunk_events events(const chunk_masks& a, const chunk_masks& b,
-                                                  std::uint64_t high_on) noexcept {
+// Events of chunk `a` from its masks and those of the next chunk `b`, given the triggers
+// and the hex-run masks of both (bit 63 of hexd_b is never looked at).
+[[gnu::always_inline]] inline chunk_events events_from(const chunk_masks& a, const chunk_masks& b,
+                                                       std::uint64_t high_on, std::uint64_t trig,
+                                                       std::uint64_t hexd_a,
+                                                       std::uint64_t hexd_b) noexcept {
     chunk_events e;
     e.high = a.high & high_on;
     e.hexdig = a.hexdig;
     e.hexdig_next = b.hexdig;
-    // The byte after each byte of `a`, as masks.
-    const auto next = [](std::uint64_t x, std::uint64_t y) { return (x >> 1) | (y << 63); };
-    // Unconditional: in JSON and code most chunks hold a '\\' or '&', and a branch on
-    // that mispredicts.
-    e.trig = (a.pct & next(a.hexdig, b.hexdig)) | (a.bs & next(a.escnext, b.escnext)) |
-             (a.amp & next(a.ampnext, b.ampnext));
+    e.trig = trig;
     if (may_run16(a.b64, b.b64))
         e.b64 = runs16(a.b64, b.b64);
-    // A space counts for hex only before a hex digit, so indentation and prose never
-    // look like "67 68 70".
-    const std::uint64_t hexd_a = a.hexdig | a.cd | (a.sp & next(a.hexdig, b.hexdig));
-    const std::uint64_t hexd_b = b.hexdig | b.cd | (b.sp & (b.hexdig >> 1));
     if (may_run16(hexd_a, hexd_b))
         e.hex = runs16(hexd_a, hexd_b) & ~e.b64; // plain hex is a base64 run too
     return e;
 }
 
+// Chunk `a` (bytes [c, c+64)) with the next chunk `b` for lookahead.
+[[gnu::always_inline]] inline chunk_events events(const chunk_masks& a, const chunk_masks& b,
+                                                  std::uint64_t high_on) noexcept {
+    // The byte after each byte of `a`, as masks.
+    const auto next = [](std::uint64_t x, std::uint64_t y) { return (x >> 1) | (y << 63); };
+    // Unconditional: in JSON and code most chunks hold a '\\' or '&', and a branch on
+    // that mispredicts.
+    const std::uint64_t trig = (a.pct & next(a.hexdig, b.hexdig)) |
+                               (a.bs & next(a.escnext, b.escnext)) |
+                               (a.amp & next(a.ampnext, b.ampnext));
+    // A space counts for hex only before a hex digit, so indentation and prose never
+    // look like "67 68 70".
+    const std::uint64_t hexd_a = a.hexdig | a.cd | (a.sp & next(a.hexdig, b.hexdig));
+    const std::uint64_t hexd_b = b.hexdig | b.cd | (b.sp & (b.hexdig >> 1));
+    return events_from(a, b, high_on, trig, hexd_a, hexd_b);
+}
+
+// The same for the VBMI classifier's masks.
+[[gnu::always_inline]] inline chunk_events events_vbmi(const chunk_masks& a, const chunk_masks& b,
+                                                       std::uint64_t high_on) noexcept {
+    return events_from(a, b, high_on, a.trig, a.hexd, b.hexd);
+}
+
 // The loop of next_events() for one classifier (a macro: a lambda or template would not
 // inherit the AVX2 target of its caller).
-#define SLUICE_NEXT_EVENTS_BODY(CLASSIFY)                                                          \
+#define SLUICE_NEXT_EVENTS_BODY(CLASSIFY, EVENTS)                                                  \
     if (c >= n)                                                                                    \
         return {n, {}};                                                                            \
-    if (c + 128 <= n) {                                                                            \
+    /* A classifier may read one byte past its 64 (classify64_vbmi). */                            \
+    if (c + 128 < n) {                                                                             \
         chunk_masks cur = cache.at == c ? cache.masks : CLASSIFY(d + c);                           \
-        while (c + 128 <= n) {                                                                     \
+        while (c + 128 < n) {                                                                      \
             const chunk_masks nxt = CLASSIFY(d + c + 64);                                          \
-            const chunk_events ev = events(cur, nxt, cache.high_on);                               \
+            const chunk_events ev = EVENTS(cur, nxt, cache.high_on);                               \
             if (ev.any()) {                                                                        \
                 cache.at = c + 64;                                                                 \
                 cache.masks = nxt;                                                                 \
@@ -479,11 +502,11 @@ struct mask_cache {
         }                                                                                          \
     }                                                                                              \
     /* The last bytes: a zero-padded copy (a zero byte is in no class). */                         \
-    alignas(64) unsigned char pad[192] = {};                                                       \
+    alignas(64) unsigned char pad[256] = {};                                                       \
     std::memcpy(pad, d + c, n - c);                                                                \
     for (std::size_t off = 0; c + off < n; off += 64) {                                            \
         const chunk_events ev =                                                                    \
-            events(CLASSIFY(pad + off), CLASSIFY(pad + off + 64), cache.high_on);                  \
+            EVENTS(CLASSIFY(pad + off), CLASSIFY(pad + off + 64), cache.high_on);                  \
         if (ev.any())                                                                              \
             return {c + off, ev};                                                                  \
     }                                                                                              \
@@ -531,7 +554,7 @@ struct mask_cache {
 
 chunk_hit next_events_sse2(const unsigned char* d, std::size_t c, std::size_t n,
                            mask_cache& cache) noexcept {
-    SLUICE_NEXT_EVENTS_BODY(classify64_sse2)
+    SLUICE_NEXT_EVENTS_BODY(classify64_sse2, events)
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -584,7 +607,7 @@ classify64_avx2(const unsigned char* p) noexcept {
 
 __attribute__((target("avx2"))) chunk_hit
 next_events_avx2(const unsigned char* d, std::size_t c, std::size_t n, mask_cache& cache) noexcept {
-    SLUICE_NEXT_EVENTS_BODY(classify64_avx2)
+    SLUICE_NEXT_EVENTS_BODY(classify64_avx2, events)
 }
 
 // With AVX-512 VBMI one two-register byte permute looks up a class byte for all 64
@@ -622,33 +645,44 @@ constexpr std::array<unsigned char, 128> make_vbmi_classes() {
 }
 alignas(64) constexpr auto vbmi_classes = make_vbmi_classes();
 
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline __m512i
+vbmi_class_bytes(__m512i v, __mmask64 high) noexcept {
+    const __m512i lo = _mm512_load_si512(vbmi_classes.data());
+    const __m512i hi = _mm512_load_si512(vbmi_classes.data() + 64);
+    return _mm512_maskz_permutex2var_epi8(~high, lo, v, hi);
+}
+
+// The 64 bytes at p, and the class bytes of the bytes after them (an unaligned load at
+// p + 1, so p[64] must be readable): the byte-after tests of triggers and hex runs are
+// combined in mask registers, and five masks leave them instead of nine.
 __attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline chunk_masks
 classify64_vbmi(const unsigned char* p) noexcept {
     const __m512i v = _mm512_loadu_si512(p);
-    const __m512i lo = _mm512_load_si512(vbmi_classes.data());
-    const __m512i hi = _mm512_load_si512(vbmi_classes.data() + 64);
+    const __m512i v1 = _mm512_loadu_si512(p + 1);
     const __mmask64 high = _mm512_movepi8_mask(v);
-    const __m512i c = _mm512_maskz_permutex2var_epi8(~high, lo, v, hi);
-#define SLUICE_VBMI_TEST(bit)                                                                      \
-    static_cast<std::uint64_t>(_mm512_test_epi8_mask(c, _mm512_set1_epi8(static_cast<char>(bit))))
+    const __m512i c = vbmi_class_bytes(v, high);
+    const __m512i c1 = vbmi_class_bytes(v1, _mm512_movepi8_mask(v1));
+#define SLUICE_VBMI_TEST(x, bits)                                                                  \
+    _mm512_test_epi8_mask(x, _mm512_set1_epi8(static_cast<char>(bits)))
+    const __mmask64 hexdig = SLUICE_VBMI_TEST(c, v_hexdig);
+    const __mmask64 trig =
+        (SLUICE_VBMI_TEST(c, v_pctamp) & SLUICE_VBMI_TEST(c1, v_hexdig | v_ampnext)) |
+        (SLUICE_VBMI_TEST(c, v_bs) & SLUICE_VBMI_TEST(c1, v_escnext));
+    const __mmask64 hexd = SLUICE_VBMI_TEST(c, v_hexdig | v_cd) |
+                           (SLUICE_VBMI_TEST(c, v_sp) & SLUICE_VBMI_TEST(c1, v_hexdig));
     chunk_masks m;
-    m.b64 = SLUICE_VBMI_TEST(v_b64);
-    m.hexdig = SLUICE_VBMI_TEST(v_hexdig);
-    m.cd = SLUICE_VBMI_TEST(v_cd);
-    m.sp = SLUICE_VBMI_TEST(v_sp);
-    m.pct = SLUICE_VBMI_TEST(v_pctamp);
-    m.amp = m.pct;
-    m.bs = SLUICE_VBMI_TEST(v_bs);
-    m.escnext = SLUICE_VBMI_TEST(v_escnext);
-    m.ampnext = SLUICE_VBMI_TEST(v_ampnext);
-    m.high = static_cast<std::uint64_t>(high);
+    m.b64 = static_cast<std::uint64_t>(SLUICE_VBMI_TEST(c, v_b64));
 #undef SLUICE_VBMI_TEST
+    m.hexdig = static_cast<std::uint64_t>(hexdig);
+    m.high = static_cast<std::uint64_t>(high);
+    m.trig = static_cast<std::uint64_t>(trig);
+    m.hexd = static_cast<std::uint64_t>(hexd);
     return m;
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) chunk_hit
 next_events_vbmi(const unsigned char* d, std::size_t c, std::size_t n, mask_cache& cache) noexcept {
-    SLUICE_NEXT_EVENTS_BODY(classify64_vbmi)
+    SLUICE_NEXT_EVENTS_BODY(classify64_vbmi, events_vbmi)
 }
 #endif
 #else
@@ -691,7 +725,7 @@ chunk_hit next_events(const unsigned char* d, std::size_t c, std::size_t n,
 #endif
     return next_events_sse2(d, c, n, cache);
 #else
-    SLUICE_NEXT_EVENTS_BODY(classify64_table)
+    SLUICE_NEXT_EVENTS_BODY(classify64_table, events)
 #endif
 }
 // The run of base64-alphabet bytes starting at d[i]: where it ends, whether it is all hex
