@@ -214,21 +214,25 @@ void audit_log::sync_loop() {
 }
 
 bool audit_log::healthy() const {
-    std::lock_guard lock(mutex_);
-    if (!healthy_)
+    // Called before every exchange: it must not take mutex_, which the writer holds
+    // across a whole batch's write and fdatasync.
+    if (!healthy_.load())
         return false;
-    if (options_.headroom == 0 || !regular_)
+    if (options_.headroom == 0 || !regular_.load())
         return true;
     // The allow record is written after the response was relayed, so "nothing forwarded
     // unrecorded" needs a look ahead: refuse new exchanges while the next records might
     // not fit (disk nearly full, or a file size limit nearly reached).
+    std::unique_lock lock(room_mutex_, std::try_to_lock);
+    if (!lock.owns_lock())
+        return room_.load(); // another flow is checking right now
     auto now = std::chrono::steady_clock::now();
     if (now - room_checked_ < std::chrono::milliseconds(100))
-        return room_;
+        return room_.load();
     room_checked_ = now;
     bool room = true;
     struct statvfs vfs {};
-    if (::fstatvfs(fd_, &vfs) == 0 &&
+    if (::statvfs(path_.c_str(), &vfs) == 0 &&
         static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize < options_.headroom)
         room = false;
     struct rlimit rl {};
@@ -241,8 +245,8 @@ bool audit_log::healthy() const {
                       "exchanges until there is room",
                       path_.string(), options_.headroom);
     }
-    room_ = room;
-    return room_;
+    room_.store(room);
+    return room;
 }
 
 std::string audit_log::line_for(const audit_record& r, std::uint64_t seq, const std::string& prev,

@@ -60,7 +60,8 @@ constexpr auto tls_handshake_timeout = 15s;
 constexpr auto upstream_io_timeout = 120s;
 constexpr std::uint32_t header_limit = 64 * 1024;
 constexpr std::size_t relay_chunk = 16 * 1024;
-constexpr std::size_t idle_read_size = 1024; // the first read of a keep-alive request
+// The first read of a keep-alive request, and the most buffer an idle flow keeps.
+constexpr std::size_t idle_read_size = 4096;
 
 using ssl_stream = beast::ssl_stream<beast::tcp_stream>;
 
@@ -1034,7 +1035,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         pool.put(pool_key, fc.gen, std::move(*up.stream));
         up.stream.reset();
     }
-    up.buffer.shrink_to_fit();
+    if (up.buffer.capacity() > idle_read_size)
+        up.buffer.shrink_to_fit();
 
     rec.decision = rec.approval ? "supervise_approved" : "allow";
     rec.reason = relay_ok ? "" : killed_now(fc) ? "killed" : "relay_interrupted";
@@ -1060,9 +1062,9 @@ net::awaitable<head_status> read_head_raw(Stream& client, beast::flat_buffer& bu
     bool idle = buf.size() == 0;
     beast::get_lowest_layer(client).expires_after(idle ? client_idle_timeout
                                                        : client_header_timeout);
-    // An idle keep-alive connection waits with a small buffer: the last exchange's
-    // capacity is given back, and the buffer grows again once bytes arrive.
-    if (idle)
+    // An idle keep-alive connection waits with a small buffer: a large capacity left
+    // by the last exchange is given back, and the buffer grows again once bytes arrive.
+    if (idle && buf.capacity() > idle_read_size)
         buf.shrink_to_fit();
     std::size_t head_size = 0;
     for (;;) {

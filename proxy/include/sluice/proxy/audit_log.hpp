@@ -126,6 +126,7 @@ public:
     /// False once a write has failed (new flows are denied with 503 until it recovers:
     /// the next successful append makes it true again), or while less than `headroom`
     /// bytes can be written (checked at most every 100 ms: one statvfs and getrlimit).
+    /// Never waits for the writer: it does not take the lock held across a batch's sync.
     bool healthy() const;
 
     /// Failed writes and detected removals since open (sluice_audit_errors_total).
@@ -149,16 +150,18 @@ private:
     /// Writes `data` at the end (a partial write is cut off again); syncs or marks dirty.
     bool write_locked(const std::string& data);
 
-    mutable std::mutex mutex_;
+    mutable std::mutex mutex_; ///< held by the writer across write and fdatasync
     int fd_ = -1;
-    std::uint64_t size_ = 0; ///< current file size (regular files)
-    bool regular_ = false;
+    std::atomic<std::uint64_t> size_{0}; ///< current file size (regular files)
+    std::atomic<bool> regular_{false};
     ::dev_t dev_ = 0;
     ::ino_t ino_ = 0;
     audit_options options_;
-    bool healthy_ = true;
-    mutable bool room_ = true; ///< last headroom check
-    mutable std::chrono::steady_clock::time_point room_checked_{};
+    // healthy() reads these without mutex_, so a flow never waits for a batch's sync.
+    std::atomic<bool> healthy_{true};
+    mutable std::atomic<bool> room_{true};                         ///< last headroom check
+    mutable std::mutex room_mutex_;                                ///< one headroom check at a time
+    mutable std::chrono::steady_clock::time_point room_checked_{}; ///< under room_mutex_
     bool dirty_ = false; ///< written but not yet synced (interval mode)
     bool stopping_ = false;
     std::uint64_t seq_ = 0;
