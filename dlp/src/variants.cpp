@@ -771,6 +771,21 @@ alphabet_run scan_alphabet_run(const unsigned char* d, std::size_t i, std::size_
 // regions (is_escape_delim) or a '\\' when `esc`, else a delimiter of percent and entity
 // regions (is_token_delim). Sixteen bytes per step; regions run to the end of a string
 // literal or token.
+// The end of a line break at d[j]: CR, LF or CRLF, or the same written as JSON/JS string
+// escapes ("\r\n", "\n": a wrapped base64 blob inside a string literal); j when there is
+// none. A backslash is in neither base64 alphabet, so an escape is never run data.
+std::size_t line_break_end(const unsigned char* d, std::size_t j, std::size_t n) noexcept {
+    auto take = [&](unsigned char raw, unsigned char escaped) {
+        if (j < n && d[j] == raw)
+            ++j;
+        else if (j + 1 < n && d[j] == '\\' && d[j + 1] == escaped)
+            j += 2;
+    };
+    take('\r', 'r');
+    take('\n', 'n');
+    return j;
+}
+
 std::size_t next_region_stop(const unsigned char* d, std::size_t e, std::size_t n,
                              bool esc) noexcept {
 #if defined(__SSE2__)
@@ -1125,13 +1140,8 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
             std::size_t last_break = npos;
             bool wrapped = false;
             for (;;) {
-                if (j < n && (d[j] == '\n' || d[j] == '\r')) {
+                if (const std::size_t k = line_break_end(d, j, n); k != j) {
                     const std::size_t line = j - line_start;
-                    std::size_t k = j;
-                    if (d[k] == '\r')
-                        ++k;
-                    if (k < n && d[k] == '\n')
-                        ++k;
                     // Any width of 16 or more, and lines of different widths (PEM 64,
                     // MIME 76, tools at 60, 70 or 72, wrapping by hand).
                     if (line >= min_run && k < n && (cls[d[k]] & k_b64)) {

@@ -666,15 +666,17 @@ TEST_F(variants_test, base64_wrapped_at_any_width) {
                                  "\nregion=eu-west-1 retries=3 timeout=30s\n";
         const std::string enc = b64(text, false, true);
         for (const auto& widths : shapes) {
-            for (const std::string_view eol : {"\r\n", "\n"}) {
+            // Line breaks raw, or written as JSON/JavaScript string escapes (a wrapped
+            // blob inside a string literal, as a raw file or a non-JSON body carries it).
+            for (const std::string_view eol : {"\r\n", "\n", "\\r\\n", "\\n"}) {
                 const std::string body = "attachment follows:\n" + wrap(enc, widths, eol) +
                                          std::string(eol) + "thanks\n";
                 for (const std::string_view ct : {"text/plain", "application/octet-stream"}) {
                     auto v = inspect("/v1/x", "api.example.com", {{"Content-Type", ct}}, body);
                     EXPECT_TRUE(v.status == 403 && has_rule(v, t.rule))
                         << t.rule << " width " << widths.front() << " (" << widths.size()
-                        << " widths) eol " << (eol.size() == 2 ? "CRLF" : "LF") << " " << ct << ": "
-                        << v.status << " " << v.reason;
+                        << " widths) eol " << testing::PrintToString(std::string(eol)) << " " << ct
+                        << ": " << v.status << " " << v.reason;
                 }
             }
         }

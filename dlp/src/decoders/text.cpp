@@ -83,12 +83,17 @@ bool base64(std::string_view in, std::string& out) {
     out.reserve(in.size() / 4 * 3 + 3);
     std::uint32_t acc = 0;
     int bits = 0;
-    for (const char ch : in) {
-        const unsigned char c = static_cast<unsigned char>(ch);
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        const unsigned char c = static_cast<unsigned char>(in[i]);
         const int v = b64_table[c];
         if (v < 0) {
             if (c == '\r' || c == '\n')
                 continue;
+            // A line break written as a string escape ("\r\n" in JSON or JavaScript).
+            if (c == '\\' && i + 1 < in.size() && (in[i + 1] == 'r' || in[i + 1] == 'n')) {
+                ++i;
+                continue;
+            }
             break; // '=' padding or the end of the run
         }
         acc = (acc << 6) | static_cast<std::uint32_t>(v);

@@ -13,7 +13,8 @@
 namespace sluice::dlp::decode {
 
 /// Base64, standard (`+/`) and URL-safe (`-_`) alphabets (mixed is accepted), padding
-/// optional, CR/LF line breaks skipped (MIME/PEM wrapping at any column). Stops at the
+/// optional, CR/LF line breaks skipped (MIME/PEM wrapping at any column), also when
+/// written as JSON/JavaScript string escapes (`\r`, `\n`). Stops at the
 /// first '=' or at any other byte outside the alphabets. False if no byte was decoded.
 bool base64(std::string_view in, std::string& out);
 
