@@ -162,7 +162,7 @@ timed_scan time_rules(std::vector<detectors::rule> rules, const std::vector<std:
         for (const auto& data : inputs) {
             findings.clear();
             vscanner.reset();
-            (void)vscanner.scan(data, "file", findings);
+            (void)vscanner.scan_body(data, {}, {}, findings);
         }
         const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
         t.best_s = t.best_s < 0 ? s : std::min(t.best_s, s);
@@ -319,7 +319,7 @@ int cmd_scan(int argc, char** argv) {
         }
         findings.clear();
         vscanner.reset();
-        const auto vst = vscanner.scan(data, "file", findings);
+        const auto vst = vscanner.scan_body(data, {}, {}, findings);
         scan_s += std::chrono::duration<double>(clock_type::now() - t1).count();
         bytes += data.size();
         if (rule_cost > 0)

@@ -1034,13 +1034,18 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
             return variant_status::over_budget;
         const auto [o, l] = where(b, e);
         if (decode::looks_compressed(decoded)) {
-            const auto rc = decode::content("deflate", decoded, decode_room(), inflated);
-            const auto rg = rc == decode::inflate_status::error
+            const bool zstd = static_cast<unsigned char>(decoded[0]) == 0x28;
+            const auto rc =
+                decode::content(zstd ? "zstd" : "deflate", decoded, decode_room(), inflated);
+            const auto rg = rc == decode::inflate_status::error && !zstd
                                 ? decode::content("gzip", decoded, decode_room(), inflated)
                                 : rc;
             if (rg == decode::inflate_status::over_limit)
                 return variant_status::over_budget;
-            if (rg == decode::inflate_status::ok) {
+            // A stream that breaks off, or is followed by other bytes (the next line of a
+            // multipart body decoded onto its end), is scanned as far as it decodes.
+            if (rg == decode::inflate_status::ok ||
+                (rg == decode::inflate_status::error && !inflated.empty())) {
                 if (!charge(inflated.size()))
                     return variant_status::over_budget;
                 useful = true;
@@ -1049,7 +1054,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                     chain += '>';
                 chain += step;
                 std::string mine = std::move(inflated);
-                auto st = try_decoded(mine, "gzip", chain, depth + 1, o, l, c);
+                auto st = try_decoded(mine, zstd ? "zstd" : "gzip", chain, depth + 1, o, l, c);
                 chain.resize(saved);
                 return st;
             }

@@ -326,6 +326,28 @@ class variants_test(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout.decode()[-2000:])
         shutil_rmtree(tmp)
 
+    def test_sluice_scan_opens_compressed_files_as_the_proxy_does(self):
+        """A gzip or zlib file is opened by `sluice scan` as a body without
+        Content-Encoding is by the proxy (the same pipeline), and a Cyrillic capital I
+        inside a key folds back to I."""
+        tmp = tempfile.mkdtemp(prefix="sluice-scan-compressed-")
+        text = json.dumps({"env": {"GITHUB_TOKEN": tp.S.token}}).encode()
+        files = {"gzip": gzip.compress(text), "zlib": zlib.compress(text),
+                 "cyrillic-I": "aws_access_key_id = AKIAIDVWTFKTANGPVYQE".replace(
+                     "I", "\u0406").encode()}
+        for name, data in files.items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(data)
+        r = subprocess.run([tp.sluice_binary(), "scan", "--format", "jsonl", tmp],
+                           capture_output=True, timeout=120)
+        self.assertEqual(r.returncode, 1, r.stderr.decode()[-2000:])
+        found = {(os.path.basename(d["path"]), d["rule"])
+                 for d in map(json.loads, r.stdout.decode().splitlines())}
+        self.assertIn(("gzip", "github-pat-classic"), found)
+        self.assertIn(("zlib", "github-pat-classic"), found)
+        self.assertIn(("cyrillic-I", "aws-access-key-id"), found)
+        shutil_rmtree(tmp)
+
     def test_benign_look_alikes_pass(self):
         png = b"\x89PNG\r\n\x1a\n" + os.urandom(4000)
         bodies = [

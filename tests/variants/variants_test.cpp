@@ -931,6 +931,46 @@ TEST_F(variants_test, look_alike_text_at_any_offset_and_inside_skipped_regions) 
     }
 }
 
+// Capital I written with a Cyrillic or Greek look-alike: TR39's skeleton of each is 'l'
+// (it folds I, l and 1 together), which would break every upper-case key.
+TEST_F(variants_test, capital_i_look_alikes_fold_to_i) {
+    for (const std::uint32_t cp : {0x0406u, 0x0399u, 0x04C0u}) {
+        for (const char* rule : {"aws-access-key-id", "github-pat-classic"}) {
+            const std::string token = first_example(rule);
+            ASSERT_NE(token.find('I'), std::string::npos) << rule;
+            std::string spoofed;
+            for (const char ch : token) {
+                if (ch == 'I')
+                    utf8(cp, spoofed);
+                else
+                    spoofed += ch;
+            }
+            EXPECT_EQ(join(missed(rule, spoofed)), "") << rule << " U+" << std::hex << cp;
+        }
+    }
+}
+
+// zstd inside base64 (and hex): opened like gzip and zlib, named "zstd" in the chain.
+TEST_F(variants_test, zstd_inside_base64_and_hex) {
+    for (const auto& t : tokens()) {
+        const std::string text = "exported settings\nAPI_KEY=" + t.text + "\n";
+        std::string zs(ZSTD_compressBound(text.size()), '\0');
+        zs.resize(ZSTD_compress(zs.data(), zs.size(), text.data(), text.size(), 3));
+        EXPECT_EQ(join(missed(t.rule, b64(zs, false, true))), "") << t.rule << " base64";
+        EXPECT_EQ(join(missed(t.rule, hexenc(zs, ""))), "") << t.rule << " hex";
+    }
+    const std::string token = first_example("github-pat-classic");
+    std::string zs(ZSTD_compressBound(token.size()), '\0');
+    zs.resize(ZSTD_compress(zs.data(), zs.size(), token.data(), token.size(), 3));
+    auto v = inspect("/v1/x", "api.example.com", {{"Content-Type", "text/plain"}},
+                     "blob " + b64(zs, false, true) + " end");
+    ASSERT_EQ(v.status, 403);
+    bool chained = false;
+    for (const auto& f : v.findings)
+        chained = chained || f.variant.find("base64>zstd") != std::string::npos;
+    EXPECT_TRUE(chained);
+}
+
 TEST(decoders, unit_cases) {
     std::string out;
     EXPECT_TRUE(decode::base64("aGVsbG8gd29ybGQ", out));

@@ -142,6 +142,10 @@ bool looks_compressed(std::string_view d) noexcept {
     const auto b1 = static_cast<unsigned char>(d[1]);
     if (b0 == 0x1f && b1 == 0x8b && static_cast<unsigned char>(d[2]) == 8)
         return true;
+    // zstd frame magic 0xFD2FB528, little-endian (RFC 8878 section 3.1.1).
+    if (d.size() >= 4 && b0 == 0x28 && b1 == 0xb5 && static_cast<unsigned char>(d[2]) == 0x2f &&
+        static_cast<unsigned char>(d[3]) == 0xfd)
+        return true;
     // zlib: CM=8, CINFO<=7, (CMF*256+FLG) % 31 == 0, no preset dictionary.
     return (b0 & 0x0f) == 8 && (b0 >> 4) <= 7 && ((b0 << 8) | b1) % 31 == 0 && !(b1 & 0x20);
 }

@@ -47,6 +47,11 @@ const std::string& ascii_skeleton(utf8proc_int32_t cp) {
                 ascii = ascii && static_cast<unsigned char>(dst[i]) < 0x80;
             if (ascii)
                 skel.assign(dst, static_cast<std::size_t>(len));
+            // TR39 folds I, l and 1 into one skeleton, "l". A capital letter that looks
+            // like them (Cyrillic U+0406 and U+04C0, Greek U+0399) stands for 'I' in a
+            // token, as upper-case keys (AWS, GitHub) spell it.
+            if (skel == "l" && utf8proc_category(cp) == UTF8PROC_CATEGORY_LU)
+                skel = "I";
         }
     } else if (checker) {
         static const std::string none;

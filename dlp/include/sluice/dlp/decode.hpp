@@ -62,7 +62,8 @@ inflate_status content(std::string_view coding, std::string_view in, std::size_t
 inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
                        std::string_view& name);
 
-/// True if `data` starts like a gzip member (1f 8b 08) or a zlib stream (CMF/FLG check).
+/// True if `data` starts like a gzip member (1f 8b 08), a zstd frame (28 b5 2f fd, RFC 8878
+/// section 3.1.1) or a zlib stream (CMF/FLG check).
 bool looks_compressed(std::string_view data) noexcept;
 
 /// Unicode folding for look-alike evasion: invalid UTF-8 bytes are dropped, default
