@@ -121,9 +121,10 @@ constexpr std::array<unsigned char, 256> make_classes() {
 }
 constexpr auto cls = make_classes();
 
-constexpr std::size_t min_run = 16;      // shortest base64 run worth decoding
-constexpr std::size_t min_hex_run = 32;  // 16 decoded bytes
-constexpr std::size_t min_hex_pairs = 8; // delimited hex
+constexpr std::size_t min_run = 16;        // shortest base64 run worth decoding
+constexpr std::size_t min_hex_run = 32;    // 16 decoded bytes
+constexpr std::size_t min_binary_run = 64; // base64 decoding to binary: scanned as is
+constexpr std::size_t min_hex_pairs = 8;   // delimited hex
 constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
 
 bool is_hex(unsigned char c) noexcept {
@@ -1253,6 +1254,26 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                             }
                         }
                         p = q + 1;
+                    }
+                }
+                if (!useful && len >= min_binary_run) {
+                    // A long run whose start decodes to binary (base64 of `tar c .env`, of
+                    // a key store, of an image with a key appended): its bytes get the
+                    // rules as they are, with no decoding beyond (binary is not text).
+                    if (!count())
+                        return variant_status::over_budget;
+                    if (decode::base64(data.substr(i, end - i), decoded)) {
+                        if (!charge(decoded.size()))
+                            return variant_status::over_budget;
+                        const auto [o, l] = where(i, end);
+                        const std::size_t saved = chain.size();
+                        if (!chain.empty())
+                            chain += '>';
+                        chain += "base64";
+                        auto st = scan_buffer(decoded, chain, o, l, c, nullptr);
+                        chain.resize(saved);
+                        if (st != variant_status::ok)
+                            return st;
                     }
                 }
             }

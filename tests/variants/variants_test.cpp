@@ -971,6 +971,24 @@ TEST_F(variants_test, zstd_inside_base64_and_hex) {
     EXPECT_TRUE(chained);
 }
 
+// base64 of binary around a secret (an archive of a .env file, a key store): the decoded
+// bytes do not read as text, so they are not decoded further, but the rules see them.
+TEST_F(variants_test, base64_of_binary_around_a_token) {
+    std::string noise;
+    for (int k = 0; k < 300; ++k)
+        noise += static_cast<char>((k * 97 + 13) % 256 | 0x80);
+    for (const auto& t : tokens()) {
+        if (t.rule == "private-key-rsa")
+            continue; // multi-line text: base64 of it reads as text anyway
+        for (const std::size_t before : {8u, 16u, 100u, 300u}) {
+            const std::string blob =
+                noise.substr(0, before) + std::string(1, '\0') + t.text + '\0' + noise;
+            EXPECT_EQ(join(missed(t.rule, b64(blob, false, true))), "")
+                << t.rule << " after " << before << " binary bytes";
+        }
+    }
+}
+
 TEST(decoders, unit_cases) {
     std::string out;
     EXPECT_TRUE(decode::base64("aGVsbG8gd29ybGQ", out));
