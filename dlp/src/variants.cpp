@@ -1066,6 +1066,28 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         std::string mine = std::move(decoded); // the recursion reuses `decoded`
         return try_decoded(mine, step, chain, depth, o, l, c);
     };
+    // Hex in [a, b) (all hex digits, 32 or more), decoded at the alignments a stray digit
+    // glued on either side leaves: even length whole, then without both end digits; odd
+    // length without its last digit, then without its first.
+    const auto hex_span = [&](std::size_t a, std::size_t b, bool& useful) -> variant_status {
+        useful = false;
+        const bool even = (b - a) % 2 == 0;
+        const std::pair<std::size_t, std::size_t> tries[2] = {
+            even ? std::pair{a, b} : std::pair{a, b - 1},
+            even ? std::pair{a + 1, b - 1} : std::pair{a + 1, b}};
+        for (const auto& [x, y] : tries) {
+            if (y - x < min_hex_run)
+                continue;
+            if (!count())
+                return variant_status::over_budget;
+            if (decode::hex(data.substr(x, y - x), decoded)) {
+                auto st = binary("hex", x, y, useful);
+                if (st != variant_status::ok || useful)
+                    return st;
+            }
+        }
+        return variant_status::ok;
+    };
     // Base64 in the alphabet run [b, e) (e after its padding) whose first 16 characters
     // lie in [b, limit): decoded from b when those characters read as text (plausible_b64),
     // else from b+1, b+2 or b+3 (plausible_shifted_b64), for base64 glued to a word whose
@@ -1171,15 +1193,11 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
             const std::size_t len = j - i;
             if (!(opts_.enabled & (all_hex ? dec_hex : dec_base64))) {
                 // family off (benchmarks)
-            } else if (all_hex && len >= min_hex_run && len % 2 == 0) {
-                if (!count())
-                    return variant_status::over_budget;
-                if (decode::hex(data.substr(i, len), decoded)) {
-                    bool useful = false;
-                    auto st = binary("hex", i, j, useful);
-                    if (st != variant_status::ok)
-                        return st;
-                }
+            } else if (all_hex && len >= min_hex_run) {
+                bool useful = false;
+                auto st = hex_span(i, j, useful);
+                if (st != variant_status::ok)
+                    return st;
             } else if (!all_hex && len >= min_run) {
                 if (!count())
                     return variant_status::over_budget;
@@ -1254,6 +1272,30 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                             }
                         }
                         p = q + 1;
+                    }
+                }
+                if (!useful) {
+                    // Hex glued to words ("key" + hex, "x" + hex + "g"): the run's longest
+                    // stretch of hex digits on its own.
+                    std::size_t la = i, lb = i;
+                    for (std::size_t k = i; k < j;) {
+                        if (!is_hex(d[k])) {
+                            ++k;
+                            continue;
+                        }
+                        std::size_t m = k;
+                        while (m < j && is_hex(d[m]))
+                            ++m;
+                        if (m - k > lb - la) {
+                            la = k;
+                            lb = m;
+                        }
+                        k = m;
+                    }
+                    if (lb - la >= min_hex_run && !(la == i && lb == j)) {
+                        auto st = hex_span(la, lb, useful);
+                        if (st != variant_status::ok)
+                            return st;
                     }
                 }
                 if (!useful && len >= min_binary_run) {
