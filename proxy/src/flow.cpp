@@ -60,6 +60,9 @@ constexpr auto tls_handshake_timeout = 15s;
 constexpr auto upstream_io_timeout = 120s;
 constexpr std::uint32_t header_limit = 64 * 1024;
 constexpr std::size_t relay_chunk = 16 * 1024;
+// A refused body up to this size is read and dropped before the connection closes.
+constexpr std::uint64_t linger_limit = 16 * 1024 * 1024;
+constexpr auto linger_timeout = 5s;
 // The first read of a keep-alive request, and the most buffer an idle flow keeps.
 constexpr std::size_t idle_read_size = 4096;
 
@@ -432,6 +435,25 @@ net::awaitable<connect_result> connect_upstream(upstream<ssl_stream>& up, const 
     co_return connect_result::ok;
 }
 
+// Reads and drops up to `length` bytes of a refused request's body (what is in `buf`
+// first), when that is at most `linger_limit` and arrives within `linger_timeout`.
+template <class Stream>
+net::awaitable<void> discard_body(Stream& client, beast::flat_buffer& buf, std::uint64_t length) {
+    if (length > linger_limit)
+        co_return;
+    std::uint64_t left = length - std::min<std::uint64_t>(length, buf.size());
+    buf.clear();
+    std::array<char, 16 * 1024> sink;
+    beast::get_lowest_layer(client).expires_after(linger_timeout);
+    while (left > 0) {
+        auto [ec, n] = co_await client.async_read_some(
+            net::buffer(sink.data(), std::min<std::uint64_t>(left, sink.size())), as_tuple);
+        if (ec)
+            co_return;
+        left -= n;
+    }
+}
+
 // --- one HTTP exchange ---------------------------------------------------------------
 enum class exchange_end { keep_going, close };
 
@@ -610,6 +632,11 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                    identity_coded_request(head) && head.find(http::field::upgrade) == head.end();
         if (!streamed) {
             co_await deny(client, fc, 413, "body_too_large", rec, {}, false);
+            // The client may be sending the body already (no Expect: 100-continue):
+            // closing with it unread resets the connection, and the reset can destroy the
+            // 413 before the client reads it. Read and discard a body of moderate size
+            // first, with a deadline (a lingering close, as web servers do).
+            co_await discard_body(client, cbuf, declared_length);
             co_return exchange_end::close;
         }
     }
