@@ -1274,9 +1274,10 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                         p = q + 1;
                     }
                 }
-                if (!useful) {
+                if (!useful && len > min_hex_run) {
                     // Hex glued to words ("key" + hex, "x" + hex + "g"): the run's longest
-                    // stretch of hex digits on its own.
+                    // stretch of hex digits on its own (a shorter run cannot hold one of
+                    // min_hex_run digits that is not the whole run).
                     std::size_t la = i, lb = i;
                     for (std::size_t k = i; k < j;) {
                         if (!is_hex(d[k])) {
