@@ -3,6 +3,7 @@
 #include "answers.hpp"
 #include "ref_layer.hpp"
 #include "request_head.hpp"
+#include "tls_stream.hpp"
 #include "upstream_pool.hpp"
 #include "websocket_relay.hpp"
 
@@ -1331,8 +1332,9 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
             co_return;
     }
 
-    beast::ssl_stream<typename tls_layer<ClientStream>::type> tls(
-        tls_layer<ClientStream>::make(client), *leaf);
+    // Not asio's ssl::stream: tls_stream.hpp keeps an idle connection small.
+    tls_stream<typename tls_layer<ClientStream>::type> tls(tls_layer<ClientStream>::make(client),
+                                                           *leaf);
     auto tls_hook = close_on_kill(fc, tls);
     beast::get_lowest_layer(tls).expires_after(tls_handshake_timeout);
     auto [hec, used] =

@@ -3,6 +3,7 @@
 // flow.cpp so the Beast WebSocket templates (with permessage-deflate) are compiled once,
 // in this translation unit.
 #include "ref_layer.hpp"
+#include "tls_stream.hpp"
 #include "websocket_relay.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -378,7 +379,8 @@ relay_websocket(ClientStream& client,
 namespace {
 using tcp_s = boost::beast::tcp_stream;
 using tls_s = boost::beast::ssl_stream<tcp_s>;
-using inner_s = boost::beast::ssl_stream<ref_layer<tls_s>>;
+using mitm_s = tls_stream<tcp_s>;
+using inner_s = tls_stream<ref_layer<tls_s>>;
 using request = boost::beast::http::request<boost::beast::http::string_body>;
 } // namespace
 
@@ -390,10 +392,10 @@ template boost::asio::awaitable<ws_outcome> relay_websocket<tls_s, tcp_s>(tls_s&
                                                                           const request&, tcp_s&,
                                                                           ws_session_context&,
                                                                           audit_record&);
-template boost::asio::awaitable<ws_outcome> relay_websocket<tls_s, tls_s>(tls_s&, const request&,
-                                                                          const request&, tls_s&,
-                                                                          ws_session_context&,
-                                                                          audit_record&);
+template boost::asio::awaitable<ws_outcome> relay_websocket<mitm_s, tls_s>(mitm_s&, const request&,
+                                                                           const request&, tls_s&,
+                                                                           ws_session_context&,
+                                                                           audit_record&);
 template boost::asio::awaitable<ws_outcome>
 relay_websocket<inner_s, tls_s>(inner_s&, const request&, const request&, tls_s&,
                                 ws_session_context&, audit_record&);
