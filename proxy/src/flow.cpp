@@ -67,7 +67,9 @@ constexpr auto linger_timeout = 5s;
 // The first read of a keep-alive request, and the most buffer an idle flow keeps.
 constexpr std::size_t idle_read_size = 4096;
 
-using ssl_stream = beast::ssl_stream<beast::tcp_stream>;
+using ssl_stream = beast::ssl_stream<beast::tcp_stream>; // an HTTPS proxy listener
+// The TLS leg to an origin (tls_stream.hpp: no fixed 68 KiB of buffers, pooled cheaply).
+using upstream_tls = tls_stream<beast::tcp_stream>;
 
 // --- per-thread scanner --------------------------------------------------------------
 // Scratch is per thread (Hyperscan "Scratch Space"); a reload publishes a new ruleset
@@ -410,7 +412,7 @@ net::awaitable<connect_result> connect_upstream(upstream<beast::tcp_stream>& up,
     co_return connect_result::ok;
 }
 
-net::awaitable<connect_result> connect_upstream(upstream<ssl_stream>& up, const destination& d,
+net::awaitable<connect_result> connect_upstream(upstream<upstream_tls>& up, const destination& d,
                                                 flow_context& fc) {
     up.stream.reset();
     up.buffer.clear();
@@ -421,7 +423,7 @@ net::awaitable<connect_result> connect_upstream(upstream<ssl_stream>& up, const 
         co_return connect_result::connect_failed;
     boost::system::error_code ignored;
     s.socket().set_option(tcp::no_delay(true), ignored);
-    ssl_stream tls(std::move(s), *fc.gen->upstream_tls);
+    upstream_tls tls(std::move(s), *fc.gen->upstream_tls);
     if (!prepare_upstream_ssl(tls.native_handle(), d.host, d.port))
         co_return connect_result::tls_failed;
     beast::get_lowest_layer(tls).expires_after(tls_handshake_timeout);
@@ -1349,7 +1351,7 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
     const char* sni = SSL_get_servername(tls.native_handle(), TLSEXT_NAMETYPE_host_name);
     const bool sni_mismatch = sni != nullptr && dlp::normalize_host(sni) != d.host;
 
-    upstream<ssl_stream> up;
+    upstream<upstream_tls> up;
     auto up_hook = close_on_kill(fc, up);
     exchange_target tgt;
     tgt.scheme = "https";

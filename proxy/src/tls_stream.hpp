@@ -1,5 +1,5 @@
-// The client side of an intercepted CONNECT: TLS (OpenSSL) over any Asio stream, with
-// buffers that exist only while bytes are in flight.
+// Both TLS legs of an intercepted CONNECT (client side and origin side): TLS (OpenSSL)
+// over any Asio stream, with buffers that exist only while bytes are in flight.
 //
 // Why not asio::ssl::stream: each one keeps two 17 KiB vectors (zero-filled, so
 // resident) and a 2 x 17 KiB OpenSSL BIO pair for its whole life, about 68 KiB per
@@ -110,19 +110,20 @@ public:
 
     tls_stream(NextLayer&& next, boost::asio::ssl::context& ctx)
         : next_(std::move(next))
-        , core_(ctx.native_handle())
+        , core_(std::make_unique<tls_core>(ctx.native_handle()))
         , flush_done_(next_.get_executor()) {
         flush_done_.expires_at(boost::asio::steady_timer::time_point::max());
     }
-    tls_stream(const tls_stream&) = delete;
-    tls_stream& operator=(const tls_stream&) = delete;
+    // Movable while no operation is outstanding (a pooled upstream connection moves).
+    tls_stream(tls_stream&&) = default;
+    tls_stream& operator=(tls_stream&&) = default;
 
     executor_type get_executor() noexcept { return next_.get_executor(); }
     NextLayer& next_layer() noexcept { return next_; }
     const NextLayer& next_layer() const noexcept { return next_; }
-    SSL* native_handle() noexcept { return core_.ssl(); }
+    SSL* native_handle() noexcept { return core_->ssl(); }
     // Bytes of buffer storage this stream holds now; small while idle.
-    std::size_t buffer_capacity() const noexcept { return core_.buffer_capacity(); }
+    std::size_t buffer_capacity() const noexcept { return core_->buffer_capacity(); }
 
     // Completion: void(error_code, std::size_t bytes_used); every byte of `initial` is
     // taken (it is the start of the peer's first flight).
@@ -133,19 +134,24 @@ public:
         for (auto it = boost::asio::buffer_sequence_begin(initial);
              it != boost::asio::buffer_sequence_end(initial); ++it) {
             boost::asio::const_buffer b(*it);
-            core_.add_input(b.data(), b.size());
+            core_->add_input(b.data(), b.size());
             used += b.size();
         }
-        if (type == boost::asio::ssl::stream_base::server)
-            SSL_set_accept_state(core_.ssl());
-        else
-            SSL_set_connect_state(core_.ssl());
+        set_role(type);
         return run<void(boost::system::error_code, std::size_t)>(
             [used](SSL* s, std::size_t& n) {
                 n = used;
                 return SSL_do_handshake(s);
             },
             std::forward<Token>(token));
+    }
+
+    // Completion: void(error_code).
+    template <class Token>
+    auto async_handshake(boost::asio::ssl::stream_base::handshake_type type, Token&& token) {
+        set_role(type);
+        return run<void(boost::system::error_code)>(
+            [](SSL* s, std::size_t&) { return SSL_do_handshake(s); }, std::forward<Token>(token));
     }
 
     // Completion: void(error_code). Sends close_notify; does not wait for the peer's.
@@ -191,7 +197,7 @@ public:
             total += b.size();
         }
         total = std::min(total, max_write);
-        core_.reserve_output(total);
+        core_->reserve_output(total);
         // The buffers stay valid until completion; a retried SSL_write copies them again
         // (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER), so the scratch buffer is only borrowed
         // for the length of one call.
@@ -226,7 +232,7 @@ private:
         template <class Self>
         void operator()(Self& self, boost::system::error_code io_ec = {}, std::size_t io_n = 0) {
             auto& s = *self_stream;
-            auto& core = s.core_;
+            auto& core = *s.core_;
             const bool first_call = at == state::start;
             switch (at) {
             case state::start:
@@ -329,8 +335,15 @@ private:
             op<Signature, Call>(this, std::move(call)), token, next_);
     }
 
+    void set_role(boost::asio::ssl::stream_base::handshake_type type) {
+        if (type == boost::asio::ssl::stream_base::server)
+            SSL_set_accept_state(core_->ssl());
+        else
+            SSL_set_connect_state(core_->ssl());
+    }
+
     NextLayer next_;
-    tls_core core_;
+    std::unique_ptr<tls_core> core_; // on the heap: its BIO points at it
     boost::asio::steady_timer flush_done_;
 };
 

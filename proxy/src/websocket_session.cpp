@@ -375,7 +375,8 @@ relay_websocket(ClientStream& client,
 
 // The stream pairs of flow.cpp's run_exchange: plain client (absolute-form ws://), TLS
 // proxy listener client (ws://), intercepted CONNECT (wss://), and CONNECT inside an
-// HTTPS proxy listener (TLS inside TLS).
+// HTTPS proxy listener (TLS inside TLS). Both legs of an intercepted CONNECT are
+// tls_stream (tls_stream.hpp); a proxy listener's own TLS is Beast's ssl_stream.
 namespace {
 using tcp_s = boost::beast::tcp_stream;
 using tls_s = boost::beast::ssl_stream<tcp_s>;
@@ -392,12 +393,12 @@ template boost::asio::awaitable<ws_outcome> relay_websocket<tls_s, tcp_s>(tls_s&
                                                                           const request&, tcp_s&,
                                                                           ws_session_context&,
                                                                           audit_record&);
-template boost::asio::awaitable<ws_outcome> relay_websocket<mitm_s, tls_s>(mitm_s&, const request&,
-                                                                           const request&, tls_s&,
-                                                                           ws_session_context&,
-                                                                           audit_record&);
+template boost::asio::awaitable<ws_outcome> relay_websocket<mitm_s, mitm_s>(mitm_s&, const request&,
+                                                                            const request&, mitm_s&,
+                                                                            ws_session_context&,
+                                                                            audit_record&);
 template boost::asio::awaitable<ws_outcome>
-relay_websocket<inner_s, tls_s>(inner_s&, const request&, const request&, tls_s&,
-                                ws_session_context&, audit_record&);
+relay_websocket<inner_s, mitm_s>(inner_s&, const request&, const request&, mitm_s&,
+                                 ws_session_context&, audit_record&);
 
 } // namespace sluice::proxy
