@@ -275,10 +275,13 @@ net::awaitable<void> send_answer(Stream& stream, answer res) {
 }
 
 // Answers the client and writes the deny record. Returns false if the audit failed.
+// The record comes by reference: an argument object would live in every caller's
+// coroutine frame (one per co_await deny), also while an idle connection waits.
 template <class Stream>
 net::awaitable<bool> deny(Stream& stream, flow_context& fc, unsigned status,
-                          std::string_view reason, audit_record rec,
+                          std::string_view reason, const audit_record& head_rec,
                           const std::vector<dlp::finding_record>& findings, bool keep_alive) {
+    audit_record rec = head_rec;
     if (rec.decision.empty()) // "supervise_denied" when a person or the timeout said no
         rec.decision = "deny";
     rec.reason = std::string(reason);
@@ -294,6 +297,17 @@ net::awaitable<bool> deny(Stream& stream, flow_context& fc, unsigned status,
     co_await send_answer(stream,
                          make_answer(status, reason, fc.flow, rule_ids(findings), keep_alive));
     co_return ok;
+}
+
+// 400 bad_request for a request inside an intercepted tunnel (its method and URL
+// recorded). A coroutine of its own, for the same reason as deny's reference.
+template <class Stream>
+net::awaitable<void> deny_bad_request(Stream& stream, flow_context& fc, std::string_view method,
+                                      std::string url) {
+    audit_record bad;
+    bad.method = std::string(method);
+    bad.url = std::move(url);
+    co_await deny(stream, fc, 400, "bad_request", bad, {}, false);
 }
 
 // The kill switch (control.hpp): a killed identity, or a flow a kill has reached, gets
@@ -317,7 +331,9 @@ close_hook close_on_kill(flow_context& fc, Stream& s) {
 // audited like any denial. Returns false if the audit failed.
 template <class Stream>
 net::awaitable<bool> deny_limited(Stream& stream, flow_context& fc, std::string_view reason,
-                                  std::uint32_t retry_after, audit_record rec, bool keep_alive) {
+                                  std::uint32_t retry_after, const audit_record& head_rec,
+                                  bool keep_alive) {
+    audit_record rec = head_rec; // by reference, as for deny
     rec.decision = "deny";
     rec.reason = std::string(reason);
     bool ok = audit(fc, std::move(rec));
@@ -1137,10 +1153,8 @@ net::awaitable<bool> read_head(Stream& client, beast::flat_buffer& buf,
     auto st = co_await read_head_raw(client, buf, hp);
     if (st == head_status::ok)
         co_return true;
-    if (st == head_status::malformed) {
-        audit_record rec;
-        co_await deny(client, fc, 400, "bad_request", rec, {}, false);
-    }
+    if (st == head_status::malformed)
+        co_await deny_bad_request(client, fc, {}, {});
     co_return false;
 }
 
@@ -1223,9 +1237,21 @@ net::awaitable<void> pump(From& from, To& to, std::uint64_t& counted) {
     beast::get_lowest_layer(to).socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
+// 200 to a CONNECT (RFC 9110 section 9.3.6), naming the flow. A coroutine of its own, so
+// the response and its serializer are not kept in the tunnel's frame for its whole life.
+template <class Stream>
+net::awaitable<bool> answer_connect(Stream& client, const flow_context& fc) {
+    http::response<http::empty_body> ok{http::status::ok, 11};
+    ok.set("X-Sluice-Flow", fc.flow);
+    ok.keep_alive(true);
+    http::response_serializer<http::empty_body> sr{ok};
+    auto [ec, n] = co_await http::async_write_header(client, sr, as_tuple);
+    co_return !ec;
+}
+
 template <class ClientStream>
 net::awaitable<void> opaque_tunnel(ClientStream& client, beast::flat_buffer& cbuf, destination& d,
-                                   flow_context& fc, audit_record rec) {
+                                   flow_context& fc, audit_record&& rec) {
     using namespace net::experimental::awaitable_operators;
     auto started = std::chrono::steady_clock::now();
     upstream<beast::tcp_stream> up;
@@ -1234,13 +1260,7 @@ net::awaitable<void> opaque_tunnel(ClientStream& client, beast::flat_buffer& cbu
         co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
         co_return;
     }
-    http::response<http::empty_body> ok{http::status::ok, 11};
-    ok.set("X-Sluice-Flow", fc.flow);
-    ok.keep_alive(true);
-    http::response_serializer<http::empty_body> sr{ok};
-    sr.split(true);
-    auto [hec, hn] = co_await http::async_write_header(client, sr, as_tuple);
-    if (hec)
+    if (!co_await answer_connect(client, fc))
         co_return;
     if (cbuf.size() > 0) {
         rec.bytes_up += cbuf.size();
@@ -1271,25 +1291,28 @@ struct tls_layer<beast::tcp_stream> {
     static type make(beast::tcp_stream& s) { return type(std::move(s)); }
 };
 
+// The CONNECT's checks, up to its 200: fills `d` and `leaf` and returns true when the
+// tunnel is to be intercepted; answers (deny, or an opaque tunnel to its end) and returns
+// false otherwise. Its own coroutine, so what only the checks need is not kept in the
+// interception's frame while the connection idles.
 template <class ClientStream>
-net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cbuf,
-                                    http::request_parser<http::empty_body>& hp, flow_context& fc) {
-    auto started = std::chrono::steady_clock::now();
+net::awaitable<bool> admit_connect(ClientStream& client, beast::flat_buffer& cbuf,
+                                   http::request_parser<http::empty_body>& hp, flow_context& fc,
+                                   destination& d, std::shared_ptr<ssl::context>& leaf) {
     audit_record rec;
     rec.method = "CONNECT";
     rec.url = std::string(hp.get().target());
 
-    destination d;
     auto auth = boost::urls::parse_authority(hp.get().target());
     if (!auth || !auth->has_port() || auth->port_number() == 0 || auth->has_userinfo()) {
         co_await deny(client, fc, 400, "bad_request", rec, {}, false);
-        co_return;
+        co_return false;
     }
     d.host = dlp::normalize_host(auth->encoded_host_address());
     d.port = auth->port_number();
     if (d.host.empty()) {
         co_await deny(client, fc, 400, "bad_request", rec, {}, false);
-        co_return;
+        co_return false;
     }
     rec.url = host_port(d, 0);
     if (fc.handle)
@@ -1297,15 +1320,15 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
     const auto* rule = dlp::match_rule(*fc.policy, d.host, d.port, "", "", true);
     if (rule == nullptr || rule->act == dlp::action::deny) {
         co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
-        co_return;
+        co_return false;
     }
     switch (co_await resolve_destination(d, *fc.policy)) {
     case resolve_result::failed:
         co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
-        co_return;
+        co_return false;
     case resolve_result::private_address:
         co_await deny(client, fc, 403, "private_destination", rec, {}, false);
-        co_return;
+        co_return false;
     case resolve_result::ok:
         break;
     }
@@ -1314,25 +1337,27 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
         // that counts against `requests_per_minute` (its bytes are not metered).
         if (auto wait = fc.state->limits.admit_request(fc.identity, fc.policy->limits); wait != 0) {
             co_await deny_limited(client, fc, "rate_limit", wait, rec, false);
-            co_return;
+            co_return false;
         }
         co_await opaque_tunnel(client, cbuf, d, fc, std::move(rec));
-        co_return;
+        co_return false;
     }
 
-    auto leaf = fc.state->ca->server_context(d.host);
+    leaf = fc.state->ca->server_context(d.host);
     if (!leaf) {
         co_await deny(client, fc, 500, "internal", rec, {}, false);
+        co_return false;
+    }
+    co_return co_await answer_connect(client, fc);
+}
+
+template <class ClientStream>
+net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cbuf,
+                                    http::request_parser<http::empty_body>& hp, flow_context& fc) {
+    destination d;
+    std::shared_ptr<ssl::context> leaf;
+    if (!co_await admit_connect(client, cbuf, hp, fc, d, leaf))
         co_return;
-    }
-    {
-        http::response<http::empty_body> ok{http::status::ok, 11};
-        ok.set("X-Sluice-Flow", fc.flow);
-        http::response_serializer<http::empty_body> sr{ok};
-        auto [ec, n] = co_await http::async_write_header(client, sr, as_tuple);
-        if (ec)
-            co_return;
-    }
 
     // Not asio's ssl::stream: tls_stream.hpp keeps an idle connection small.
     tls_stream<typename tls_layer<ClientStream>::type> tls(tls_layer<ClientStream>::make(client),
@@ -1364,16 +1389,13 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
         if (!tunnel_origin_form(inner.get().target(), d, tgt) ||
             inner.get().method() == http::verb::connect || sni_mismatch ||
             !host_field_matches(inner.get(), d, 443)) {
-            audit_record bad;
-            bad.method = std::string(inner.get().method_string());
-            bad.url = "https://" + tgt.host_header;
-            co_await deny(tls, fc, 400, "bad_request", bad, {}, false);
+            co_await deny_bad_request(tls, fc, inner.get().method_string(),
+                                      "https://" + tgt.host_header);
             break;
         }
         if (co_await run_exchange(tls, cbuf, inner, tgt, up, fc) != exchange_end::keep_going)
             break;
     }
-    (void)started;
     beast::get_lowest_layer(tls).expires_after(2s);
     co_await tls.async_shutdown(as_tuple);
 }
@@ -1382,7 +1404,7 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
 // absolute-form exchanges until a CONNECT takes the connection over.
 template <class ClientStream>
 net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cbuf,
-                                    flow_context& fc, dlp::caller_evidence evidence) {
+                                    flow_context& fc, dlp::caller_evidence& evidence) {
     const auto& settings = *fc.gen->settings;
     upstream<beast::tcp_stream> plain_up;
     auto up_hook = close_on_kill(fc, plain_up);
@@ -1542,7 +1564,7 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
         evidence.listener_identity = listener.identity;
         evidence.source = dlp::ip_address::parse(remote.address().to_string());
         if (!listener.tls) {
-            co_await serve_requests(client, cbuf, fc, std::move(evidence));
+            co_await serve_requests(client, cbuf, fc, evidence);
             boost::system::error_code ignored;
             client.socket().shutdown(tcp::socket::shutdown_send, ignored);
             co_return;
@@ -1559,7 +1581,7 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
             co_return;
         }
         evidence.certificate = peer_certificate(tls.native_handle());
-        co_await serve_requests(tls, cbuf, fc, std::move(evidence));
+        co_await serve_requests(tls, cbuf, fc, evidence);
         tls.next_layer().expires_after(2s);
         co_await tls.async_shutdown(as_tuple);
     } catch (const std::exception& e) {
