@@ -293,7 +293,8 @@ def scenario_idle(args, ctx):
             cmd = [tool(args, "sluice_loadgen"), "--target",
                    "127.0.0.1:%d" % o.port, "--sni", "localhost", "--ca", s.ca, "--proxy",
                    "127.0.0.1:%d" % s.port, "--mode", "idle", "--connections", str(n),
-                   "--hold", str(args.hold), "--duration", str(args.duration),
+                   "--hold", str(max(args.hold, args.idle_settle + 2)), "--duration",
+                   str(args.duration),
                    "--threads", str(args.loadgen_threads), "--body-size",
                    str(args.body_size)]
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
@@ -304,20 +305,28 @@ def scenario_idle(args, ctx):
                 if line.startswith("idle-ready"):
                     ready = True
                     break
+            opened = s.rss_kib() if ready else 0
+            if ready and args.idle_settle > 0:
+                time.sleep(args.idle_settle) # the connections idle; sluice may trim its heap
             rss = s.rss_kib() if ready else 0
             active = n if ready else 0
-            rest, _ = p.communicate(timeout=args.hold + args.duration + 60)
+            rest, _ = p.communicate(timeout=max(args.hold, args.idle_settle + 2) +
+                                    args.duration + 60)
             lines += rest.decode(errors="replace").splitlines()
             res = next((json.loads(l[len("loadgen-json "):]) for l in lines
                         if l.startswith("loadgen-json ")), {"ok": 0, "errors": n,
                                                              "first_error": "no result"})
             per = (rss - before) / n if ready else None
             print("idle: %d intercepted keep-alive connections: %s" % (
-                n, ("RSS %.1f MiB -> %.1f MiB, %.1f KiB per connection" % (
-                    before / 1024, rss / 1024, per)) if ready else
+                n, ("RSS %.1f MiB -> %.1f MiB, %.1f KiB per connection after %.0f s idle "
+                    "(%.1f KiB as they opened)" % (
+                        before / 1024, rss / 1024, per, args.idle_settle,
+                        (opened - before) / n)) if ready else
                 "not all opened (%s)" % res.get("first_error")))
             results.append({"connections": n, "ready": ready, "rss_before_kib": before,
-                            "rss_idle_kib": rss, "kib_per_connection": per, "open": active,
+                            "rss_open_kib": opened, "rss_idle_kib": rss,
+                            "settle_s": args.idle_settle,
+                            "kib_per_connection": per, "open": active,
                             "loadgen": res, "command": " ".join(cmd)})
         finally:
             s.stop()
@@ -354,6 +363,9 @@ def idle_batched(args, s, o, n, before):
             ready += b
             left -= b
         time.sleep(1.0)
+        opened = s.rss_kib()
+        if ready == n and args.idle_settle > 0:
+            time.sleep(args.idle_settle) # the connections idle; sluice may trim its heap
         rss = s.rss_kib()
         hwm = s.hwm_kib()
     finally:
@@ -369,11 +381,14 @@ def idle_batched(args, s, o, n, before):
     all_ready = ready == n
     per = (rss - before) / n if all_ready else None
     print("idle: %d intercepted keep-alive connections (batches of %d): %s" % (
-        n, args.idle_batch, ("RSS %.1f MiB -> %.1f MiB, %.1f KiB per connection (peak %.1f MiB)"
-                             % (before / 1024, rss / 1024, per, hwm / 1024)) if all_ready else
+        n, args.idle_batch, ("RSS %.1f MiB -> %.1f MiB, %.1f KiB per connection after %.0f s "
+                             "idle (%.1f KiB as they opened; peak %.1f MiB)"
+                             % (before / 1024, rss / 1024, per, args.idle_settle,
+                                (opened - before) / n, hwm / 1024)) if all_ready else
         "only %d opened (%s)" % (ready, errors[-1] if errors else "?")))
     return {"connections": n, "ready": all_ready, "rss_before_kib": before,
-            "rss_idle_kib": rss, "kib_per_connection": per, "open": ready,
+            "rss_open_kib": opened, "rss_idle_kib": rss, "settle_s": args.idle_settle,
+            "kib_per_connection": per, "open": ready,
             "batch": args.idle_batch, "loadgen": {"ok": ready, "errors": n - ready,
                                                  "first_error": errors[-1] if errors else ""}}
 
@@ -412,6 +427,9 @@ def main():
     ap.add_argument("--body-size", type=int, default=1024)
     ap.add_argument("--idle-counts", default="1000,10000")
     ap.add_argument("--hold", type=float, default=3.0)
+    ap.add_argument("--idle-settle", type=float, default=5.0,
+                    help="idle: seconds the connections stay idle before RSS is read "
+                         "(RSS as they opened is printed too)")
     ap.add_argument("--idle-batch", type=int, default=0,
                     help="open idle connections in loadgen processes of at most this many")
     ap.add_argument("--upload-size", type=int, default=1 << 30)
@@ -430,12 +448,14 @@ def main():
         args.requests, args.handshake_requests, args.duration = 50, 20, 20.0
         args.connections = 4
         args.idle_counts, args.hold, args.upload_size = "20", 0.5, 256 * 1024
+        args.idle_settle = 0.5
         args.scenarios = "keepalive,new-connection,idle,upload"
     args.idle_counts = [int(x) for x in str(args.idle_counts).split(",") if x]
 
-    # Each idle connection holds a client socket and an upstream socket in sluice, one
-    # socket in the load generator and one in the origin: raise the limit for children.
-    need = 2 * max(args.idle_counts or [0]) + 1024
+    # Each idle connection holds a client socket in sluice and one in the load generator;
+    # sluice pools upstream connections (at most 256 per io thread, 32 per origin), so the
+    # origin and sluice's upstream side stay small: raise the limit for children.
+    need = max(args.idle_counts or [0]) + 2048
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = max(soft, need)
     try:
@@ -448,8 +468,8 @@ def main():
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if limit < need:
         print("note: open file limit %d; idle counts above %d are skipped" % (
-            limit, (limit - 1024) // 2))
-        args.idle_counts = [n for n in args.idle_counts if 2 * n + 1024 <= limit]
+            limit, limit - 2048))
+        args.idle_counts = [n for n in args.idle_counts if n + 2048 <= limit]
 
     tmp = tempfile.mkdtemp(prefix="sluice-bench-")
     bench_ca, bench_key = make_ca(tmp)
