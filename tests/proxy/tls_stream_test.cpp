@@ -45,6 +45,14 @@ std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
     return v;
 }
 
+// The server's handshake with nothing read before it.
+net::awaitable<void> accept_tls(server_stream& tls) {
+    auto [ec, used] =
+        co_await tls.async_handshake(ssl::stream_base::server, net::const_buffer(), as_tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(used, 0u);
+}
+
 class tls_stream_test : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -126,10 +134,7 @@ TEST_F(tls_stream_test, echoes_every_size_with_several_buffers_per_write) {
     run(
         [&](beast::tcp_stream s) -> net::awaitable<void> {
             server_stream tls(std::move(s), *leaf_);
-            auto [hec, used] = co_await tls.async_handshake(ssl::stream_base::server,
-                                                            net::const_buffer(), as_tuple);
-            EXPECT_FALSE(hec) << hec.message();
-            EXPECT_EQ(used, 0u);
+            co_await accept_tls(tls);
             for (std::size_t size : sizes) {
                 std::vector<unsigned char> got(size);
                 auto [rec, rn] = co_await net::async_read(tls, net::buffer(got), as_tuple);
@@ -173,9 +178,7 @@ TEST_F(tls_stream_test, reads_and_writes_at_the_same_time) {
     run(
         [&](beast::tcp_stream s) -> net::awaitable<void> {
             server_stream tls(std::move(s), *leaf_);
-            auto [hec, used] = co_await tls.async_handshake(ssl::stream_base::server,
-                                                            net::const_buffer(), as_tuple);
-            EXPECT_FALSE(hec) << hec.message();
+            co_await accept_tls(tls);
             std::vector<unsigned char> got(total);
             auto reading = [&]() -> net::awaitable<void> {
                 auto [ec, n] = co_await net::async_read(tls, net::buffer(got), as_tuple);
@@ -246,9 +249,7 @@ TEST_F(tls_stream_test, a_connection_cut_without_close_notify_is_truncated) {
     run(
         [&](beast::tcp_stream s) -> net::awaitable<void> {
             server_stream tls(std::move(s), *leaf_);
-            auto [hec, used] = co_await tls.async_handshake(ssl::stream_base::server,
-                                                            net::const_buffer(), as_tuple);
-            EXPECT_FALSE(hec) << hec.message();
+            co_await accept_tls(tls);
             std::array<char, 64> got{};
             auto [ec, n] = co_await net::async_read(tls, net::buffer(got), as_tuple);
             EXPECT_EQ(ec, ssl::error::stream_truncated) << ec.message();
