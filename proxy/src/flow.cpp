@@ -473,6 +473,17 @@ net::awaitable<void> discard_body(Stream& client, beast::flat_buffer& buf, std::
     }
 }
 
+// Bytes below HTTP that nobody has read: TLS records the origin sent after its response
+// (a close_notify, say). A connection holding any is not idle and is not pooled (the
+// pool's liveness peek sees only the socket).
+bool holds_unread(const beast::tcp_stream&) {
+    return false;
+}
+template <class Next>
+bool holds_unread(const tls_stream<Next>& s) {
+    return s.input_pending();
+}
+
 // --- one HTTP exchange ---------------------------------------------------------------
 enum class exchange_end { keep_going, close };
 
@@ -1073,7 +1084,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 break;
         }
     }
-    if (!relay_ok || !upstream_keep_alive || up.buffer.size() != 0) {
+    if (!relay_ok || !upstream_keep_alive || up.buffer.size() != 0 ||
+        (up.stream && holds_unread(*up.stream))) {
         up.stream.reset();
         up.buffer.clear();
     } else if (up.stream) {

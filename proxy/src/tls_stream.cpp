@@ -80,6 +80,8 @@ tls_core::tls_core(SSL_CTX* ctx) {
     BIO_set_data(bio, this);
     SSL_set_bio(ssl_, bio, bio); // one reference, owned by the SSL object
     SSL_set_mode(ssl_, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    // Whatever the context says: a renegotiation would make writes read.
+    SSL_set_options(ssl_, SSL_OP_NO_RENEGOTIATION);
     in_want_ = small_read;
 }
 

@@ -29,7 +29,9 @@
 #pragma once
 
 #include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
@@ -83,6 +85,13 @@ public:
     }
 
     bool flushing = false; // one operation writes to the next layer at a time
+    bool reading = false;  // and one reads from it
+
+    // True when bytes are held that the peer sent and nobody has read yet (ciphertext in
+    // the input buffer or plaintext inside OpenSSL): such a connection is not idle.
+    bool input_pending() const noexcept {
+        return in_end_ != in_begin_ || SSL_has_pending(ssl_) != 0;
+    }
 
     // Copies up to `cap` bytes of a buffer sequence into a per-thread scratch buffer (for
     // one SSL_write of several buffers: one record instead of one per buffer).
@@ -122,6 +131,8 @@ public:
     NextLayer& next_layer() noexcept { return next_; }
     const NextLayer& next_layer() const noexcept { return next_; }
     SSL* native_handle() noexcept { return core_->ssl(); }
+    // See tls_core::input_pending (a pooled upstream must hold none).
+    bool input_pending() const noexcept { return core_->input_pending(); }
     // Bytes of buffer storage this stream holds now; small while idle.
     std::size_t buffer_capacity() const noexcept { return core_->buffer_capacity(); }
 
@@ -159,6 +170,8 @@ public:
     auto async_shutdown(Token&& token) {
         return run<void(boost::system::error_code)>(
             [](SSL* s, std::size_t&) {
+                if (SSL_get_shutdown(s) & SSL_SENT_SHUTDOWN)
+                    return 1; // sent already (a WebSocket teardown): nothing more to do
                 int r = SSL_shutdown(s);
                 return r >= 0 ? 1 : r;
             },
@@ -249,6 +262,8 @@ private:
                 }
                 break;
             case state::after_read:
+                core.reading = false;
+                s.flush_done_.cancel(); // an operation waiting for input may go on
                 if (io_ec) {
                     ec = io_ec == boost::asio::error::eof
                              ? boost::system::error_code(boost::asio::ssl::error::stream_truncated)
@@ -260,11 +275,14 @@ private:
                 want_read = false;
                 break;
             case state::after_wait:
-                if (self.cancelled() != boost::asio::cancellation_type::none) {
+                // Cancelled while waiting: an SSL call that already succeeded stands (its
+                // bytes go out with the other operation's flush).
+                if (!finished && self.cancelled() != boost::asio::cancellation_type::none) {
                     ec = boost::asio::error::operation_aborted;
                     finished = true;
                     return finish(self);
                 }
+                want_read = false; // the other operation may have read what we wanted
                 break;
             }
             for (;;) {
@@ -300,7 +318,12 @@ private:
                     }
                     core.flushing = true;
                     at = state::after_flush;
-                    boost::asio::async_write(s.next_, core.begin_flush(), std::move(self));
+                    // Not cancellable: a flush cut short would drop ciphertext that other
+                    // operations' results depend on, leaving a broken record.
+                    boost::asio::async_write(
+                        s.next_, core.begin_flush(),
+                        boost::asio::bind_cancellation_slot(boost::asio::cancellation_slot(),
+                                                            std::move(self)));
                     return;
                 }
                 if (finished) {
@@ -312,6 +335,14 @@ private:
                     return finish(self);
                 }
                 if (want_read) {
+                    if (core.reading) {
+                        // The other operation is reading (a write that must read first,
+                        // which renegotiation would need; off, but never two reads).
+                        at = state::after_wait;
+                        s.flush_done_.async_wait(std::move(self));
+                        return;
+                    }
+                    core.reading = true;
                     at = state::after_read;
                     s.next_.async_read_some(core.prepare_input(), std::move(self));
                     return;
@@ -347,8 +378,10 @@ private:
     boost::asio::steady_timer flush_done_;
 };
 
-// Beast's WebSocket close handshake ends with a teardown of the next layer: here the TLS
-// close_notify, as Beast does for its own ssl_stream.
+// Beast's WebSocket close handshake ends with a teardown of the stream: here the TLS
+// close_notify only. (Beast's own ssl_stream teardown then shuts down and closes the TCP
+// connection too; here the flow does that when it ends, and its own async_shutdown
+// afterwards finds close_notify sent and completes at once.)
 template <class NextLayer, class Handler>
 void async_teardown(boost::beast::role_type, tls_stream<NextLayer>& stream, Handler&& handler) {
     stream.async_shutdown(std::forward<Handler>(handler));
