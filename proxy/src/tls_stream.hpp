@@ -120,8 +120,8 @@ public:
     tls_stream(NextLayer&& next, boost::asio::ssl::context& ctx)
         : next_(std::move(next))
         , core_(std::make_unique<tls_core>(ctx.native_handle()))
-        , flush_done_(next_.get_executor()) {
-        flush_done_.expires_at(boost::asio::steady_timer::time_point::max());
+        , io_done_(next_.get_executor()) {
+        io_done_.expires_at(boost::asio::steady_timer::time_point::max());
     }
     // Movable while no operation is outstanding (a pooled upstream connection moves).
     tls_stream(tls_stream&&) = default;
@@ -254,7 +254,7 @@ private:
                 return finish(self);
             case state::after_flush:
                 core.end_flush();
-                s.flush_done_.cancel();
+                s.io_done_.cancel();
                 if (io_ec) {
                     ec = io_ec;
                     finished = true;
@@ -263,7 +263,7 @@ private:
                 break;
             case state::after_read:
                 core.reading = false;
-                s.flush_done_.cancel(); // an operation waiting for input may go on
+                s.io_done_.cancel(); // an operation waiting for input may go on
                 if (io_ec) {
                     ec = io_ec == boost::asio::error::eof
                              ? boost::system::error_code(boost::asio::ssl::error::stream_truncated)
@@ -310,12 +310,8 @@ private:
                     }
                 }
                 if (core.output_waiting()) {
-                    if (core.flushing) {
-                        // Another operation is writing; it writes ours too.
-                        at = state::after_wait;
-                        s.flush_done_.async_wait(std::move(self));
-                        return;
-                    }
+                    if (core.flushing) // another operation is writing; it writes ours too
+                        return wait_for_other(self);
                     core.flushing = true;
                     at = state::after_flush;
                     // Not cancellable: a flush cut short would drop ciphertext that other
@@ -335,13 +331,10 @@ private:
                     return finish(self);
                 }
                 if (want_read) {
-                    if (core.reading) {
-                        // The other operation is reading (a write that must read first,
-                        // which renegotiation would need; off, but never two reads).
-                        at = state::after_wait;
-                        s.flush_done_.async_wait(std::move(self));
-                        return;
-                    }
+                    // The other operation is reading (a write that must read first, which
+                    // renegotiation would need; off, but never two reads at once).
+                    if (core.reading)
+                        return wait_for_other(self);
                     core.reading = true;
                     at = state::after_read;
                     s.next_.async_read_some(core.prepare_input(), std::move(self));
@@ -349,6 +342,13 @@ private:
                 }
                 // step::flush, written: call again.
             }
+        }
+
+        // Until the other operation's write or read ends (io_done_ is cancelled then).
+        template <class Self>
+        void wait_for_other(Self& self) {
+            at = state::after_wait;
+            self_stream->io_done_.async_wait(std::move(self));
         }
 
         template <class Self>
@@ -375,7 +375,9 @@ private:
 
     NextLayer next_;
     std::unique_ptr<tls_core> core_; // on the heap: its BIO points at it
-    boost::asio::steady_timer flush_done_;
+    // Cancelled whenever a flush or a read ends: an operation waiting for the other one
+    // (wait_for_other) waits on it.
+    boost::asio::steady_timer io_done_;
 };
 
 // Beast's WebSocket close handshake ends with a teardown of the stream: here the TLS
