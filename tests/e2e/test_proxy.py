@@ -736,6 +736,38 @@ class proxy_test(unittest.TestCase):
         self.assertEqual(seen[0]["body"], payload)
         self.assertEqual(r.stdout, seen[0]["response"])
 
+    def test_python_client_resumes_its_tls_session_with_sluice(self):
+        """A client that keeps the session sluice's leaf handshake gave it (a TLS 1.3
+        ticket, RFC 8446 section 4.6.1) resumes it on its next CONNECT, as curl, Python
+        and Node do within a process: no full handshake, no signature."""
+        ctx = ssl.create_default_context(cafile=S.sluice_ca)
+        session, reused = None, []
+        for i in range(3):
+            m = marker()
+            sock = socket.create_connection(("127.0.0.1", S.proxy_port),
+                                            timeout=CLIENT_TIMEOUT_S)
+            try:
+                authority = "localhost:%d" % S.origin.port
+                sock.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (
+                    authority, authority)).encode())
+                resp = http.client.HTTPResponse(sock, method="CONNECT")
+                resp.begin()
+                self.assertEqual(resp.status, 200)
+                tls = ctx.wrap_socket(sock, server_hostname="localhost", session=session)
+                sock = tls
+                tls.sendall(("GET /resume/%s HTTP/1.1\r\nHost: %s\r\nConnection: close"
+                             "\r\n\r\n" % (m, authority)).encode())
+                r = http.client.HTTPResponse(tls, method="GET")
+                r.begin()
+                r.read()
+                self.assertEqual(r.status, 200)
+                self.assertEqual(len(S.origin.requests_for(m)), 1)
+                reused.append(tls.session_reused)
+                session = tls.session  # the newest ticket, read with the response
+            finally:
+                sock.close()
+        self.assertEqual(reused, [False, True, True])
+
     def test_server_sent_events_are_relayed_as_they_arrive(self):
         m = marker()
         S.origin.release.clear()
