@@ -5,6 +5,10 @@
 // given size. Modes:
 //   keepalive       every connection sends requests back to back until the count or the
 //                   duration runs out (latency = request written .. response read);
+//                   with --rate R the connections together send R requests/s on a fixed
+//                   schedule instead, and latency counts from each request's scheduled
+//                   time, so time spent waiting behind a slow answer is not hidden
+//                   (no coordinated omission): the latency a proxy adds below saturation;
 //   new-connection  every request opens a fresh TCP connection, CONNECT and TLS
 //                   handshake (latency = connect .. response read);
 //   idle            every connection does one exchange and then stays open, idle, for
@@ -64,6 +68,7 @@ struct options {
     std::uint64_t body_size = 1024;
     double hold_s = 5;
     bool resume = false; // new-connection: resume the client TLS session
+    double rate = 0;     // keepalive: requests/s for all connections together; 0 = unpaced
     std::string path = "/bench";
     mode m = mode::keepalive;
 };
@@ -203,12 +208,19 @@ http::request<http::string_body> make_request(const options& o, const std::strin
 }
 
 net::awaitable<void> keepalive_worker(const options& o, ssl::context& ctx,
-                                      tcp::resolver::results_type eps, results& r) {
+                                      tcp::resolver::results_type eps, results& r, unsigned index) {
     worker_stats ws;
     const std::string body = make_body(o.body_size);
     auto req = make_request(o, body);
     std::optional<tls_stream> t;
     beast::flat_buffer buf;
+    // --rate: this connection's requests are due every `interval`, the connections'
+    // schedules staggered evenly; the schedule starts once the connection is open.
+    const auto interval = o.rate > 0 ? std::chrono::duration_cast<clock_type::duration>(
+                                           std::chrono::duration<double>(o.connections / o.rate))
+                                     : clock_type::duration::zero();
+    std::optional<clock_type::time_point> due;
+    net::steady_timer pace(co_await net::this_coro::executor);
     while (take_ticket(r, o)) {
         if (!t) {
             t = co_await open_tls(o, ctx, eps, ws, nullptr);
@@ -217,6 +229,14 @@ net::awaitable<void> keepalive_worker(const options& o, ssl::context& ctx,
                 continue;
         }
         auto start = clock_type::now();
+        if (o.rate > 0) {
+            due = due ? *due + interval : start + interval * index / o.connections;
+            if (*due > start) {
+                pace.expires_at(*due);
+                co_await pace.async_wait(as_tuple);
+            }
+            start = *due;
+        }
         bool keep = co_await exchange(*t, buf, req, ws);
         ws.latencies_us.push_back(
             std::chrono::duration<double, std::micro>(clock_type::now() - start).count());
@@ -362,7 +382,7 @@ constexpr std::string_view usage =
     "usage: sluice_loadgen --target HOST:PORT --ca FILE [--proxy HOST:PORT] [--sni NAME]\n"
     "         [--mode keepalive|new-connection|idle|upload] [--connections C] [--threads T]\n"
     "         [--requests N] [--duration SECONDS] [--body-size BYTES] [--hold SECONDS]\n"
-    "         [--resume] [--path PATH]\n";
+    "         [--resume] [--rate REQUESTS_PER_S] [--path PATH]\n";
 
 } // namespace
 
@@ -402,6 +422,8 @@ int main(int argc, char** argv) {
             o.path = next();
         else if (a == "--resume")
             o.resume = true;
+        else if (a == "--rate")
+            o.rate = std::stod(next());
         else if (a == "--mode") {
             auto m = next();
             if (m == "keepalive")
@@ -426,7 +448,7 @@ int main(int argc, char** argv) {
     }
     if (!split_host_port(target, o.target_host, o.target_port) || o.ca_file.empty() ||
         (!proxy.empty() && !split_host_port(proxy, o.proxy_host, o.proxy_port)) ||
-        o.connections == 0 || o.threads == 0) {
+        o.connections == 0 || o.threads == 0 || !(o.rate >= 0)) {
         std::cerr << usage;
         return 2;
     }
@@ -472,7 +494,7 @@ int main(int argc, char** argv) {
         auto& io = *ctxs[c % ctxs.size()];
         switch (o.m) {
         case mode::keepalive:
-            net::co_spawn(io, keepalive_worker(o, ctx, eps, r), net::detached);
+            net::co_spawn(io, keepalive_worker(o, ctx, eps, r, c), net::detached);
             break;
         case mode::new_connection:
             net::co_spawn(io, new_connection_worker(o, ctx, eps, r), net::detached);

@@ -7,7 +7,9 @@ sluice_loadgen against the origin directly and through sluice and prints:
 
   keepalive       1 KiB POSTs over 16 keep-alive connections: requests/s both ways and
                   the ratio, latency p50/p99/p99.9 and p50 added, sluice CPU us per
-                  request (utime+stime from /proc/PID/stat), peak RSS (VmHWM)
+                  request (utime+stime from /proc/PID/stat), peak RSS (VmHWM); then the
+                  same connections paced at --latency-rate requests/s both ways, for
+                  the latency sluice adds below saturation
   new-connection  one request per fresh CONNECT + TLS: handshakes/s both ways
   idle            N idle intercepted keep-alive connections: RSS per connection
   upload          one large upload streamed through sluice (peak RSS, outcome)
@@ -181,10 +183,11 @@ def tool(args, name):
     raise RuntimeError("%s not found in %s (build it first)" % (name, args.build))
 
 
-def loadgen(args, opts, origin_port, ca, proxy_port=None, extra=(), timeout=None):
+def loadgen(args, opts, origin_port, ca, proxy_port=None, extra=(), timeout=None,
+            threads=None):
     cmd = [tool(args, "sluice_loadgen"), "--target", "127.0.0.1:%d" % origin_port,
-           "--sni", "localhost", "--ca", ca, "--threads", str(args.loadgen_threads), *opts,
-           *extra]
+           "--sni", "localhost", "--ca", ca, "--threads", str(threads or args.loadgen_threads),
+           *opts, *extra]
     if proxy_port:
         cmd += ["--proxy", "127.0.0.1:%d" % proxy_port]
     r = subprocess.run(cmd, capture_output=True, timeout=timeout or (args.duration + 120))
@@ -225,6 +228,17 @@ def scenario_keepalive(args, ctx):
         direct = loadgen(args, base, o.port, ctx["bench_ca"])
         proxied, cpu = measured(s, lambda: loadgen(args, base, o.port, s.ca, s.port))
         hwm = s.hwm_kib()
+        paced = None
+        if args.latency_rate > 0:
+            # The same connections at a fixed offered rate below saturation: latency from
+            # each request's scheduled time, so the difference is what sluice adds, not
+            # queueing behind a saturated CPU (which Little's law fixes at C / throughput).
+            pb = ["--mode", "keepalive", "--connections", str(args.connections), "--rate",
+                  str(args.latency_rate), "--requests",
+                  str(int(args.latency_rate * args.latency_duration)), "--duration",
+                  str(args.latency_duration + 5), "--body-size", str(args.body_size)]
+            paced = (loadgen(args, pb, o.port, ctx["bench_ca"]),
+                     loadgen(args, pb, o.port, s.ca, s.port))
     finally:
         s.stop()
     print("keepalive: %d-byte POSTs over %d keep-alive connections" % (args.body_size,
@@ -233,6 +247,16 @@ def scenario_keepalive(args, ctx):
     show("through sluice", proxied)
     out = {"direct": direct, "proxied": proxied, "sluice_cpu_s": cpu,
            "sluice_peak_rss_kib": hwm}
+    if paced:
+        print("  paced at %d req/s (latency from each request's scheduled time):" %
+              args.latency_rate)
+        show("direct, paced", paced[0])
+        show("through sluice, paced", paced[1])
+        out["paced"] = {"rate": args.latency_rate, "direct": paced[0], "proxied": paced[1],
+                        "p50_added_us": paced[1]["p50_us"] - paced[0]["p50_us"],
+                        "p99_added_us": paced[1]["p99_us"] - paced[0]["p99_us"]}
+        print("  paced: p50 added %.0f us, p99 added %.0f us" % (
+            out["paced"]["p50_added_us"], out["paced"]["p99_added_us"]))
     if proxied["ok"]:
         out["ratio"] = proxied["requests_per_s"] / max(direct["requests_per_s"], 1e-9)
         out["cpu_us_per_request"] = cpu / proxied["ok"] * 1e6
@@ -253,10 +277,13 @@ def scenario_new_connection(args, ctx):
     try:
         loadgen(args, ["--mode", "keepalive", "--connections", "1", "--requests", "5"],
                 o.port, s.ca, s.port)
-        direct = loadgen(args, base, o.port, ctx["bench_ca"])
-        proxied, cpu = measured(s, lambda: loadgen(args, base, o.port, s.ca, s.port))
+        # A client's full handshake (key share, chain and signature checks) costs about
+        # as much CPU as sluice's side: one load generator thread would be the limit.
+        t = args.handshake_loadgen_threads
+        direct = loadgen(args, base, o.port, ctx["bench_ca"], threads=t)
+        proxied, cpu = measured(s, lambda: loadgen(args, base, o.port, s.ca, s.port, threads=t))
         resumed, cpu_r = measured(s, lambda: loadgen(args, base + ["--resume"], o.port, s.ca,
-                                                      s.port))
+                                                      s.port, threads=t))
         hwm = s.hwm_kib()
     finally:
         s.stop()
@@ -423,6 +450,10 @@ def main():
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--requests", type=int, default=200000)
     ap.add_argument("--handshake-requests", type=int, default=20000)
+    ap.add_argument("--latency-rate", type=float, default=5000,
+                    help="keepalive: also run paced at this many requests/s (0: skip)")
+    ap.add_argument("--latency-duration", type=float, default=10.0,
+                    help="seconds of the paced keepalive run")
     ap.add_argument("--duration", type=float, default=15.0, help="seconds per run (bound)")
     ap.add_argument("--body-size", type=int, default=1024)
     ap.add_argument("--idle-counts", default="1000,10000")
@@ -437,6 +468,8 @@ def main():
                     help="dlp.max_body for the upload run (default: sluice's default)")
     ap.add_argument("--audit-fsync", default="always", help="audit.fsync (always, or 1s)")
     ap.add_argument("--loadgen-threads", type=int, default=1)
+    ap.add_argument("--handshake-loadgen-threads", type=int, default=2,
+                    help="load generator threads of the new-connection scenario")
     ap.add_argument("--origin-threads", type=int, default=2)
     ap.add_argument("--json-out", help="write every figure to this file")
     ap.add_argument("--smoke", action="store_true",
@@ -446,6 +479,7 @@ def main():
     args.build = os.path.abspath(args.build)
     if args.smoke:
         args.requests, args.handshake_requests, args.duration = 50, 20, 20.0
+        args.latency_rate, args.latency_duration = 100, 0.5
         args.connections = 4
         args.idle_counts, args.hold, args.upload_size = "20", 0.5, 256 * 1024
         args.idle_settle = 0.5
@@ -510,6 +544,8 @@ def main():
         for name in ("keepalive", "new-connection"):
             for leg in ("direct", "proxied"):
                 checks.append((name + " " + leg, figures[name][leg]))
+        for leg in ("direct", "proxied"):
+            checks.append(("keepalive paced " + leg, figures["keepalive"]["paced"][leg]))
         checks.append(("upload direct", figures["upload"]["direct"]))
         checks.append(("upload proxied", figures["upload"]["proxied"]))
         for i in figures["idle"]:
