@@ -444,16 +444,10 @@ certificate_authority::impl::make_context(const normalized_host& host) const {
         SSL_CTX* c = ctx->native_handle();
         SSL_CTX_set_options(c, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
                                    SSL_OP_CIPHER_SERVER_PREFERENCE);
-        // Idle intercepted connections give their read/write buffers back.
+        // Idle intercepted connections give their read/write buffers back. Clients resume
+        // through the context's server session cache and tickets (OpenSSL defaults; the
+        // context lives as long as the leaf stays cached).
         SSL_CTX_set_mode(c, SSL_MODE_RELEASE_BUFFERS);
-        // Clients resume by session tickets alone (RFC 8446 section 4.6.1; RFC 5077 for
-        // TLS 1.2), sealed with this context's key, so valid as long as the leaf stays
-        // cached. No server-side session store: it only served TLS 1.2 session IDs, held
-        // every session in memory, and OpenSSL walks all of it every 255 handshakes. One
-        // ticket per handshake instead of OpenSSL's 2 (each is a session copy, an
-        // encryption and a MAC); a resumption brings a fresh one.
-        SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
-        SSL_CTX_set_num_tickets(c, 1);
         if (SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION) != 1 ||
             SSL_CTX_use_certificate(c, leaf->get()) != 1 ||
             SSL_CTX_use_PrivateKey(c, leaf_key.get()) != 1 ||
