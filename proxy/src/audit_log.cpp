@@ -395,8 +395,6 @@ void audit_log::async_append(audit_record r, std::move_only_function<void(bool)>
     {
         std::lock_guard lock(queue_mutex_);
         queue_.push_back({std::move(r), std::move(done)});
-        if (!writer_idle_)
-            return; // busy or gathering: it takes the queue when it gets to it
     }
     queue_cv_.notify_one();
 }
@@ -404,26 +402,12 @@ void audit_log::async_append(audit_record r, std::move_only_function<void(bool)>
 void audit_log::writer_loop() {
     std::vector<queued> batch;
     std::vector<const audit_record*> records;
-    // Group commit under load (fsync_always): when records of several flows are waiting
-    // and the previous batch began less than `gather` ago, records arriving until then
-    // join this batch, so the writer syncs at most once per `gather` however many flows
-    // are busy. An fdatasync costs about 90 us of CPU on ext4 (journal commit) whether it
-    // covers 1 record or 20; a record waits at most `gather` longer, and its flow reads
-    // and inspects its next request meanwhile (flow.cpp, settle_audit). A lone record
-    // (one busy flow, or none) is written at once.
-    constexpr auto gather = std::chrono::microseconds(1000);
-    std::chrono::steady_clock::time_point last_batch{};
     for (;;) {
         {
             std::unique_lock lock(queue_mutex_);
-            writer_idle_ = true; // only an idle writer is woken per record
             queue_cv_.wait(lock, [&] { return writer_stop_ || !queue_.empty(); });
-            writer_idle_ = false;
             if (queue_.empty())
                 return; // stopping, nothing left
-            if (options_.fsync_always && !writer_stop_ && queue_.size() > 1)
-                queue_cv_.wait_until(lock, last_batch + gather, [&] { return writer_stop_; });
-            last_batch = std::chrono::steady_clock::now();
             batch.swap(queue_);
         }
         records.clear();

@@ -120,10 +120,7 @@ public:
 
     /// Like append(), without waiting: `done(ok)` is called on the writer thread once the
     /// record and the batch it joined are written (and, with fsync_always, synced); ok has
-    /// append()'s meaning. `done` must not block (post to the caller's executor). Group
-    /// commit: with fsync_always and records of several callers waiting, a batch waits
-    /// until 1 ms after the previous one began, so the writer syncs at most about 1,000
-    /// times a second; a lone record is written at once.
+    /// append()'s meaning. `done` must not block (post to the caller's executor).
     void async_append(audit_record r, std::move_only_function<void(bool)> done);
 
     /// False once a write has failed (new flows are denied with 503 until it recovers:
@@ -182,7 +179,6 @@ private:
     std::condition_variable queue_cv_;
     std::vector<queued> queue_;
     bool writer_stop_ = false;
-    bool writer_idle_ = false; ///< waiting for a first record (async_append wakes it)
     std::thread writer_thread_;
 };
 
