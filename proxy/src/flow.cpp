@@ -17,6 +17,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
@@ -39,6 +40,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -86,6 +88,12 @@ detectors::scanner& thread_scanner(const std::shared_ptr<const detectors::rulese
 }
 
 // --- flow bookkeeping ------------------------------------------------------------------
+// An exchange's allow record on its way through the audit writer's group commit
+// (audit_log::async_append): the writer thread sends the result (true = durable) and the
+// flow receives it on its own executor. Capacity 1, so the send never waits.
+using audit_result_channel =
+    net::experimental::concurrent_channel<void(boost::system::error_code, bool)>;
+
 struct flow_context {
     std::shared_ptr<shared_state> state;
     std::shared_ptr<const generation> gen;
@@ -95,6 +103,11 @@ struct flow_context {
     const dlp::policy* policy = nullptr;
     std::shared_ptr<flow_handle> handle; // in the flow registry (control.hpp); null in unit tests
     rate_limits::connection_slot connection; // `limits.max_connections`, held per identity
+    // The last exchange's allow record until it is durable: the next exchange on this
+    // connection reads and inspects its request meanwhile and settles it (settle_audit)
+    // before anything goes upstream or another record is written, so the sync overlaps
+    // with the client's next request and records keep the order of events.
+    std::shared_ptr<audit_result_channel> pending_audit;
 };
 
 std::string make_flow_id(shared_state& st) {
@@ -137,22 +150,31 @@ bool audit(flow_context& fc, audit_record r) {
 }
 
 // audit() without holding this flow's thread while the record is written and synced: it
-// joins the audit writer's next batch (group commit, audit_log.hpp), and the flow resumes
-// on its own executor when the batch is durable. Same meaning of the result.
-net::awaitable<bool> audit_batched(flow_context& fc, audit_record r) {
+// joins the audit writer's next batch (group commit, audit_log.hpp) and is left pending
+// in fc.pending_audit; settle_audit gives the result.
+void audit_batched(flow_context& fc, audit_record r, const net::any_io_executor& ex) {
     stamp(fc, r);
-    auto& log = *fc.state->audit;
-    bool ok = co_await net::async_initiate<decltype(net::use_awaitable), void(bool)>(
-        [&log, &r](auto handler) {
-            auto ex = net::get_associated_executor(handler);
-            log.async_append(std::move(r), [h = std::move(handler), ex](bool done_ok) mutable {
-                net::post(ex, [h = std::move(h), done_ok]() mutable { std::move(h)(done_ok); });
-            });
-        },
-        net::use_awaitable);
-    if (!ok)
-        spdlog::error("flow {}: audit write failed; denying", fc.flow);
-    co_return ok;
+    auto pending = std::make_shared<audit_result_channel>(ex, 1);
+    fc.pending_audit = pending;
+    fc.state->audit->async_append(std::move(r), [pending, flow = fc.flow](bool ok) {
+        if (!ok) // logged here: the flow may have ended and never settle it
+            spdlog::error("flow {}: audit write failed", flow);
+        pending->try_send(boost::system::error_code{}, ok);
+    });
+}
+
+// Waits until the last exchange's record is durable; false when it could not be written
+// (the caller must not forward or record anything more: fail closed). True when nothing
+// is pending.
+net::awaitable<bool> settle_audit(flow_context& fc) {
+    auto pending = std::move(fc.pending_audit);
+    if (!pending)
+        co_return true;
+    bool ok = false;
+    if (pending->try_receive([&ok](boost::system::error_code ec, bool done) { ok = !ec && done; }))
+        co_return ok; // already durable: no trip through the io_context
+    auto [ec, done] = co_await pending->async_receive(as_tuple);
+    co_return !ec && done;
 }
 
 std::vector<audit_finding> to_audit(const std::vector<dlp::finding_record>& fs) {
@@ -288,7 +310,10 @@ net::awaitable<bool> deny(Stream& stream, flow_context& fc, unsigned status,
     rec.findings = to_audit(findings);
     if (fc.state->stats && status == 502)
         fc.state->stats->on_upstream_error(reason);
-    bool ok = audit(fc, std::move(rec));
+    // Records keep the order of events: the last exchange's allow record first, and when
+    // that one failed, so does this answer.
+    bool ok = co_await settle_audit(fc);
+    ok = ok && audit(fc, std::move(rec));
     if (!ok) {
         status = 503;
         reason = "audit_unavailable";
@@ -336,7 +361,8 @@ net::awaitable<bool> deny_limited(Stream& stream, flow_context& fc, std::string_
     audit_record rec = head_rec; // by reference, as for deny
     rec.decision = "deny";
     rec.reason = std::string(reason);
-    bool ok = audit(fc, std::move(rec));
+    bool ok = co_await settle_audit(fc); // in order, as in deny
+    ok = ok && audit(fc, std::move(rec));
     auto res = make_answer(ok ? 429 : 503, ok ? reason : "audit_unavailable", fc.flow, {},
                            ok && keep_alive);
     if (ok)
@@ -790,7 +816,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             rec.reason = "approval_withdrawn";
             rec.findings = to_audit(findings);
             rec.duration_ms = elapsed_ms(started);
-            audit(fc, std::move(rec));
+            if (co_await settle_audit(fc)) // in order, as in deny
+                audit(fc, std::move(rec));
             co_return exchange_end::close;
         case approval_outcome::kind::killed: // the socket is closed: the 503 rarely gets out
             rec.decision = "supervise_denied";
@@ -858,6 +885,12 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     if (streamed)
         out.content_length(declared_length);
     rec.bytes_up = streamed ? declared_length : out.body().size();
+
+    // The previous exchange's record must be durable before this one sends anything.
+    if (!co_await settle_audit(fc)) {
+        co_await deny(client, fc, 503, "audit_unavailable", rec, findings, false);
+        co_return exchange_end::close;
+    }
 
     // Upstream: reuse the connection when it goes to the same place.
     std::string key = tgt.dest->host + ":" + std::to_string(tgt.dest->port);
@@ -1101,8 +1134,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     rec.findings = to_audit(findings);
     rec.masked_bytes += masker.masked();
     rec.duration_ms = elapsed_ms(started);
-    if (!co_await audit_batched(fc, std::move(rec)))
-        co_return exchange_end::close;
+    audit_batched(fc, std::move(rec), co_await net::this_coro::executor);
     co_return relay_ok && !client_close ? exchange_end::keep_going : exchange_end::close;
 }
 
@@ -1349,6 +1381,12 @@ net::awaitable<bool> admit_connect(ClientStream& client, beast::flat_buffer& cbu
         // that counts against `requests_per_minute` (its bytes are not metered).
         if (auto wait = fc.state->limits.admit_request(fc.identity, fc.policy->limits); wait != 0) {
             co_await deny_limited(client, fc, "rate_limit", wait, rec, false);
+            co_return false;
+        }
+        // An allowed exchange before this CONNECT on the same connection: its record is
+        // durable before the tunnel carries a byte (as before any upstream write).
+        if (!co_await settle_audit(fc)) {
+            co_await deny(client, fc, 503, "audit_unavailable", rec, {}, false);
             co_return false;
         }
         co_await opaque_tunnel(client, cbuf, d, fc, std::move(rec));
