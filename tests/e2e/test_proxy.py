@@ -936,6 +936,40 @@ req.end();
         stderr = sluice_stderr_text()
         self.assertNotIn(secret_body, stderr, "the token is in sluice's stderr")
 
+    def test_keep_alive_exchanges_are_audited_in_order(self):
+        """An allow record is synced while the client's next request is read and
+        inspected (flow.cpp, settle_audit): on one intercepted keep-alive connection an
+        allow, a deny and an allow still get one record each, in that order, and only
+        the allowed requests reach the origin."""
+        ms = [marker() for _ in range(3)]
+        ctx = ssl.create_default_context(cafile=S.sluice_ca)
+        conn = http.client.HTTPSConnection("127.0.0.1", S.proxy_port, context=ctx,
+                                           timeout=CLIENT_TIMEOUT_S)
+        conn.set_tunnel("localhost", S.origin.port)
+        statuses, flows = [], set()
+        try:
+            for m, body in zip(ms, (b'{"ok": 1}', ("x=" + S.token).encode(), b'{"ok": 2}')):
+                conn.request("POST", "/order/" + m, body=body,
+                             headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                r.read()
+                statuses.append(r.status)
+                if r.getheader("x-sluice-flow"):
+                    flows.add(r.getheader("x-sluice-flow"))
+        finally:
+            conn.close()
+        self.assertEqual(statuses, [200, 403, 200])
+        self.assertEqual([len(S.origin.requests_for(m)) for m in ms], [1, 0, 1])
+
+        _, _, hits = wait_for_audit(lambda r: any(m in str(r.get("url", "")) for m in ms), 3)
+        self.assertEqual(len(hits), 3, hits)
+        self.assertEqual(len({r["flow"] for r in hits}), 1, "one connection, one flow")
+        self.assertTrue(flows <= {hits[0]["flow"]}, (flows, hits))
+        by_seq = sorted(hits, key=lambda r: r["seq"])
+        self.assertEqual([(ms.index(r["url"].rsplit("/", 1)[1]), r["decision"]) for r in by_seq],
+                         [(0, "allow"), (1, "deny"), (2, "allow")])
+        S.denied_flows.append(hits[0]["flow"])
+
     def test_zz_audit_covers_every_exchange_of_the_run(self):
         """Runs last (name order): every request any origin received during this run has
         exactly one `allow` audit line, and no token is anywhere in the audit or stderr."""
