@@ -13,13 +13,10 @@
 #include "sluice/dlp/policy.hpp"
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/async_result.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/ip/address.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -36,6 +33,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -159,7 +157,9 @@ void audit_batched(flow_context& fc, audit_record r, const net::any_io_executor&
     fc.state->audit->async_append(std::move(r), [pending, flow = fc.flow](bool ok) {
         if (!ok) // logged here: the flow may have ended and never settle it
             spdlog::error("flow {}: audit write failed", flow);
-        pending->try_send(boost::system::error_code{}, ok);
+        // Capacity 1 and one send per channel: the send cannot find the channel full.
+        [[maybe_unused]] bool sent = pending->try_send(boost::system::error_code{}, ok);
+        assert(sent);
     });
 }
 
@@ -884,13 +884,14 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     out.prepare_payload();
     if (streamed)
         out.content_length(declared_length);
-    rec.bytes_up = streamed ? declared_length : out.body().size();
 
-    // The previous exchange's record must be durable before this one sends anything.
+    // The previous exchange's record must be durable before this one sends anything
+    // (and this record's bytes_up stays 0 when nothing is sent).
     if (!co_await settle_audit(fc)) {
         co_await deny(client, fc, 503, "audit_unavailable", rec, findings, false);
         co_return exchange_end::close;
     }
+    rec.bytes_up = streamed ? declared_length : out.body().size();
 
     // Upstream: reuse the connection when it goes to the same place.
     std::string key = tgt.dest->host + ":" + std::to_string(tgt.dest->port);
@@ -1134,7 +1135,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     rec.findings = to_audit(findings);
     rec.masked_bytes += masker.masked();
     rec.duration_ms = elapsed_ms(started);
-    audit_batched(fc, std::move(rec), co_await net::this_coro::executor);
+    auto ex = co_await net::this_coro::executor;
+    audit_batched(fc, std::move(rec), ex);
     co_return relay_ok && !client_close ? exchange_end::keep_going : exchange_end::close;
 }
 
