@@ -141,14 +141,19 @@ audit_log::open(const std::filesystem::path& path, const audit_options& options)
     return log;
 }
 
-audit_log::~audit_log() {
+void audit_log::close() {
     {
         std::lock_guard lock(queue_mutex_);
         writer_stop_ = true;
     }
     queue_cv_.notify_all();
+    std::lock_guard lock(close_mutex_);
     if (writer_thread_.joinable())
         writer_thread_.join(); // after the records still queued are written
+}
+
+audit_log::~audit_log() {
+    close();
     {
         std::lock_guard lock(mutex_);
         stopping_ = true;
@@ -394,9 +399,13 @@ bool audit_log::append(const audit_record& r) {
 void audit_log::async_append(audit_record r, std::move_only_function<void(bool)> done) {
     {
         std::lock_guard lock(queue_mutex_);
-        queue_.push_back({std::move(r), std::move(done)});
+        if (!writer_stop_) {
+            queue_.push_back({std::move(r), std::move(done)});
+            queue_cv_.notify_one();
+            return;
+        }
     }
-    queue_cv_.notify_one();
+    done(append(r)); // closed: no writer thread to take it
 }
 
 void audit_log::writer_loop() {

@@ -299,6 +299,9 @@ void server::run() {
     }
     impl_->trim_wake.notify_all();
     trimmer.join();
+    // Every record a flow handed to the audit writer is written, and its completion has
+    // run, while the io_contexts it may post to still exist (they are destroyed with impl_).
+    impl_->state->audit->close();
 }
 
 void server::stop(unsigned drain_ms) {

@@ -123,6 +123,13 @@ public:
     /// append()'s meaning. `done` must not block (post to the caller's executor).
     void async_append(audit_record r, std::move_only_function<void(bool)> done);
 
+    /// Stops the writer thread after it has written every record still queued and called
+    /// each one's `done`: no async_append completion runs after close() returns. Later
+    /// async_append calls write on the calling thread, as append(), and call `done` there.
+    /// The server calls it once its io_contexts have stopped, before they are destroyed
+    /// (a `done` may post to one). Idempotent; the destructor calls it too.
+    void close();
+
     /// False once a write has failed (new flows are denied with 503 until it recovers:
     /// the next successful append makes it true again), or while less than `headroom`
     /// bytes can be written (checked at most every 100 ms: one statvfs and getrlimit).
@@ -180,6 +187,7 @@ private:
     std::vector<queued> queue_;
     bool writer_stop_ = false;
     std::thread writer_thread_;
+    std::mutex close_mutex_; ///< one join of writer_thread_
 };
 
 /// The outcome of verifying a chain of audit files given in chain order.
