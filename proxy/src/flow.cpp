@@ -525,7 +525,8 @@ bool identity_coded_request(const http::request_header<>& head) {
 enum class stream_end { done, denied, client_failed, upstream_failed };
 struct stream_outcome {
     stream_end end = stream_end::done;
-    dlp::verdict verdict; // when denied
+    dlp::verdict verdict;     // when denied
+    std::uint64_t unread = 0; // body bytes the client has yet to send (denied, upstream)
 };
 
 // Relays a Content-Length body larger than `dlp.max_body` (`large_bodies: stream`),
@@ -586,7 +587,7 @@ stream_request_body(ClientStream& client, beast::flat_buffer& cbuf, UpstreamStre
                     findings.push_back(f);
             }
             if (v.kind != dlp::verdict_kind::forward)
-                co_return stream_outcome{stream_end::denied, std::move(v)};
+                co_return stream_outcome{stream_end::denied, std::move(v), remaining};
         }
         const std::size_t send = remaining == 0 ? fill : fill - std::min(overlap, fill);
         if (send > 0) {
@@ -594,7 +595,7 @@ stream_request_body(ClientStream& client, beast::flat_buffer& cbuf, UpstreamStre
             auto [ec, n] =
                 co_await net::async_write(upstream, net::buffer(buf.data(), send), as_tuple);
             if (ec)
-                co_return stream_outcome{stream_end::upstream_failed, {}};
+                co_return stream_outcome{stream_end::upstream_failed, {}, remaining};
         }
         std::memmove(buf.data(), buf.data() + send, fill - send);
         held = fill - send;
@@ -998,6 +999,10 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 reason = sres.verdict.reason;
             }
             co_await deny(client, fc, status, reason, rec, findings, false);
+            // The client may still be sending the rest: a lingering close, as for the 413
+            // above, so that the answer is not lost to a reset.
+            if (sres.end != stream_end::client_failed)
+                co_await discard_body(client, cbuf, sres.unread);
             co_return exchange_end::close;
         }
     }
