@@ -792,6 +792,12 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             co_await deny(client, fc, 403, "approval_unavailable", rec, findings, false);
             co_return exchange_end::close;
         }
+        // Nobody is asked to approve a request that would be refused anyway: the last
+        // exchange's record must be durable first.
+        if (!co_await settle_audit(fc)) {
+            co_await deny(client, fc, 503, "audit_unavailable", rec, findings, false);
+            co_return exchange_end::close;
+        }
         approval_request held{fc.flow, fc.identity,      fc.source,         method,
                               rec.url, supervise_reason, to_audit(findings)};
         auto out = co_await fc.state->ctl->hold(std::move(held), fc.handle.get(),
