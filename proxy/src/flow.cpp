@@ -40,6 +40,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace sluice::proxy {
@@ -106,6 +107,9 @@ struct flow_context {
     // before anything goes upstream or another record is written, so the sync overlaps
     // with the client's next request and records keep the order of events.
     std::shared_ptr<audit_result_channel> pending_audit;
+    // Body bytes of a refused request that the client may still be sending: run_exchange's
+    // callers read them off (discard_body) before they close, a lingering close.
+    std::uint64_t unread_body = 0;
 };
 
 std::string make_flow_id(shared_state& st) {
@@ -481,11 +485,12 @@ net::awaitable<connect_result> connect_upstream(upstream<upstream_tls>& up, cons
 }
 
 // Reads and drops up to `length` bytes of a refused request's body (what is in `buf`
-// first), when that is at most `linger_limit` and arrives within `linger_timeout`.
+// first), at most `linger_limit` of them and only while they arrive within
+// `linger_timeout`; ends early when the client closes. Closing with a body unread resets
+// the connection, and the reset can destroy the answer before the client reads it.
 template <class Stream>
 net::awaitable<void> discard_body(Stream& client, beast::flat_buffer& buf, std::uint64_t length) {
-    if (length > linger_limit)
-        co_return;
+    length = std::min(length, linger_limit);
     std::uint64_t left = length - std::min<std::uint64_t>(length, buf.size());
     buf.clear();
     std::array<char, 16 * 1024> sink;
@@ -497,6 +502,15 @@ net::awaitable<void> discard_body(Stream& client, beast::flat_buffer& buf, std::
             co_return;
         left -= n;
     }
+}
+
+// After an exchange refused with its body still coming (fc.unread_body): that body is
+// read off before the caller closes the connection. Not for a killed flow.
+template <class Stream>
+net::awaitable<void> linger(Stream& client, beast::flat_buffer& buf, flow_context& fc) {
+    const std::uint64_t unread = std::exchange(fc.unread_body, 0);
+    if (!killed_now(fc))
+        co_await discard_body(client, buf, unread);
 }
 
 // Bytes below HTTP that nobody has read: TLS records the origin sent after its response
@@ -629,6 +643,11 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     audit_record rec;
     rec.method = method;
     rec.url = audit_log::redact_query(url_prefix + tgt.origin_form, false);
+    // A declared body is on its way until it is read (a client that asked for 100 Continue
+    // waits for it): an exchange refused before then ends the connection with a lingering
+    // close, and never reads the body as the next request.
+    const bool expects_continue = beast::iequals(head[http::field::expect], "100-continue");
+    fc.unread_body = expects_continue ? 0 : hp.content_length().value_or(0);
 
     if (!fc.state->audit->healthy()) {
         co_await deny(client, fc, 503, "audit_unavailable", rec, {}, false);
@@ -687,21 +706,17 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     if (hp.content_length() && declared_length > policy.dlp.max_body) {
         streamed = policy.dlp.stream_large_bodies && rule->act == dlp::action::allow &&
                    identity_coded_request(head) && head.find(http::field::upgrade) == head.end();
-        if (!streamed) {
+        if (!streamed) { // the body, if it is being sent, is read off by the caller
             co_await deny(client, fc, 413, "body_too_large", rec, {}, false);
-            // The client may be sending the body already (no Expect: 100-continue):
-            // closing with it unread resets the connection, and the reset can destroy the
-            // 413 before the client reads it. Read and discard a body of moderate size
-            // first, with a deadline (a lingering close, as web servers do).
-            co_await discard_body(client, cbuf, declared_length);
             co_return exchange_end::close;
         }
     }
-    if (beast::iequals(head[http::field::expect], "100-continue")) {
+    if (expects_continue) {
         http::response<http::empty_body> cont{http::status::continue_, 11};
         auto [ec, n] = co_await http::async_write(client, cont, as_tuple);
         if (ec)
             co_return exchange_end::close;
+        fc.unread_body = declared_length;
     }
     http::request_parser<http::string_body> bp{std::move(hp)};
     bp.body_limit(policy.dlp.max_body);
@@ -715,6 +730,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     beast::get_lowest_layer(client).expires_after(client_idle_timeout);
     if (!streamed) {
         auto [ec, n] = co_await http::async_read(client, cbuf, bp, as_tuple);
+        fc.unread_body = 0; // read, or the connection is done
         if (ec == http::error::body_limit) {
             co_await deny(client, fc, 413, "body_too_large", rec, {}, false);
             co_return exchange_end::close;
@@ -773,10 +789,9 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         } else if (v.kind != dlp::verdict_kind::forward) {
             std::string reason = v.reason;
             unsigned status = static_cast<unsigned>(v.status);
-            bool ok = co_await deny(client, fc, status, reason, rec, findings,
-                                    client_keep_alive && status == 403);
-            co_return ok&& client_keep_alive&& status == 403 ? exchange_end::keep_going
-                                                             : exchange_end::close;
+            const bool keep = client_keep_alive && status == 403 && fc.unread_body == 0;
+            bool ok = co_await deny(client, fc, status, reason, rec, findings, keep);
+            co_return ok&& keep ? exchange_end::keep_going : exchange_end::close;
         }
     }
     rec.inspected = rule->inspect;
@@ -858,9 +873,9 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         // is out of scope whatever the credential's hosts and ports say.
         if (brokered.outcome == dlp::broker_result::kind::out_of_scope ||
             (brokered.outcome == dlp::broker_result::kind::inject && tgt.scheme != "https")) {
-            bool ok = co_await deny(client, fc, 403, "credential_scope", rec, findings,
-                                    client_keep_alive);
-            co_return ok&& client_keep_alive ? exchange_end::keep_going : exchange_end::close;
+            const bool keep = client_keep_alive && fc.unread_body == 0;
+            bool ok = co_await deny(client, fc, 403, "credential_scope", rec, findings, keep);
+            co_return ok&& keep ? exchange_end::keep_going : exchange_end::close;
         }
     }
     const bool injected = brokered.outcome == dlp::broker_result::kind::inject;
@@ -963,8 +978,9 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 std::string_view reason =
                     cr == connect_result::tls_failed ? "upstream_tls" : "upstream_connect";
                 rec.duration_ms = elapsed_ms(started);
-                bool ok = co_await deny(client, fc, 502, reason, rec, findings, client_keep_alive);
-                co_return ok&& client_keep_alive ? exchange_end::keep_going : exchange_end::close;
+                const bool keep = client_keep_alive && fc.unread_body == 0;
+                bool ok = co_await deny(client, fc, 502, reason, rec, findings, keep);
+                co_return ok&& keep ? exchange_end::keep_going : exchange_end::close;
             }
             reused = false;
         }
@@ -987,9 +1003,11 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         // A reused keep-alive connection the origin had closed: one fresh attempt.
     }
     if (streamed) {
+        fc.unread_body = 0; // stream_request_body reads it, and says what is left if it stops
         auto sres = co_await stream_request_body(client, cbuf, *up.stream, declared_length, fc,
                                                  policy, rule->inspect, findings);
         if (sres.end != stream_end::done) {
+            fc.unread_body = sres.unread;
             // The origin has a truncated request it cannot complete: the connection goes.
             up.stream.reset();
             rec.findings = to_audit(findings);
@@ -1005,10 +1023,6 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 reason = sres.verdict.reason;
             }
             co_await deny(client, fc, status, reason, rec, findings, false);
-            // The client may still be sending the rest: a lingering close, as for the 413
-            // above, so that the answer is not lost to a reset.
-            if (sres.end != stream_end::client_failed)
-                co_await discard_body(client, cbuf, sres.unread);
             co_return exchange_end::close;
         }
     }
@@ -1456,7 +1470,12 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
                                       "https://" + tgt.host_header);
             break;
         }
-        if (co_await run_exchange(tls, cbuf, inner, tgt, up, fc) != exchange_end::keep_going)
+        auto end = co_await run_exchange(tls, cbuf, inner, tgt, up, fc);
+        if (fc.unread_body != 0) { // refused with its body still coming
+            co_await linger(tls, cbuf, fc);
+            break;
+        }
+        if (end != exchange_end::keep_going)
             break;
     }
     beast::get_lowest_layer(tls).expires_after(2s);
@@ -1547,7 +1566,12 @@ net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cb
             }
         }
         tgt.dest = &plain_dest;
-        if (co_await run_exchange(client, cbuf, hp, tgt, plain_up, fc) != exchange_end::keep_going)
+        auto end = co_await run_exchange(client, cbuf, hp, tgt, plain_up, fc);
+        if (fc.unread_body != 0) { // refused with its body still coming
+            co_await linger(client, cbuf, fc);
+            break;
+        }
+        if (end != exchange_end::keep_going)
             break;
     }
 }

@@ -14,8 +14,10 @@ tunnel to a TLS origin from test_proxy.py that records every complete request.
 import base64
 import gzip
 import hashlib
+import http.client
 import json
 import os
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -220,6 +222,39 @@ class large_bodies_test(unittest.TestCase):
         code, answer = upload("streaming", "/large/small", body)
         self.assert_denied(code, answer, "/large/small", body=body)
         self.assertEqual(origin_got("/large/small"), [])
+
+    def test_refused_on_its_head_a_streamed_request_closes_the_connection(self):
+        """A large body that would stream is still unread when its head is refused (a
+        token in a header): the 403 says `Connection: close`, sluice reads the body off
+        and closes, and never takes the body for the client's next request."""
+        token = tp.github_classic_token()
+        body = filler(4 * WINDOW, b"headdeny")
+        ctx = ssl.create_default_context(cafile=B.sluice_ca)
+        conn = http.client.HTTPSConnection("127.0.0.1", B.ports["streaming"], context=ctx,
+                                           timeout=30)
+        conn.set_tunnel("localhost", B.origin.port)
+        try:
+            conn.request("POST", "/large/headdeny", body=body,
+                         headers={"Content-Type": "text/plain", "X-Debug-Token": token})
+            r = conn.getresponse()
+            doc = json.loads(r.read())
+            self.assertEqual(r.status, 403, doc)
+            self.assertEqual(doc["reason"], "dlp_finding")
+            self.assertEqual((r.getheader("connection") or "").lower(), "close")
+            # http.client opens a new tunnel for the next request, as any client would.
+            conn.request("GET", "/large/after-headdeny")
+            r2 = conn.getresponse()
+            r2.read()
+            self.assertEqual(r2.status, 200)
+        finally:
+            conn.close()
+        self.assertEqual(origin_got("/large/headdeny"), [])
+        record = audit_for(doc["flow"])
+        self.assertIsNotNone(record)
+        with open(B.audit_path) as f:
+            same_flow = [json.loads(line) for line in f if doc["flow"] in line]
+        self.assertEqual([(r["decision"], r["reason"]) for r in same_flow],
+                         [("deny", "dlp_finding")], same_flow)
 
 
 if __name__ == "__main__":
