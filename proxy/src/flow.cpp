@@ -539,8 +539,9 @@ bool identity_coded_request(const http::request_header<>& head) {
 enum class stream_end { done, denied, client_failed, upstream_failed };
 struct stream_outcome {
     stream_end end = stream_end::done;
-    dlp::verdict verdict;     // when denied
-    std::uint64_t unread = 0; // body bytes the client has yet to send (denied, upstream)
+    dlp::verdict verdict;        // when denied
+    std::uint64_t unread = 0;    // body bytes the client has yet to send (denied, upstream)
+    std::uint64_t forwarded = 0; // body bytes written upstream (whole windows)
 };
 
 // Relays a Content-Length body larger than `dlp.max_body` (`large_bodies: stream`),
@@ -577,7 +578,7 @@ stream_request_body(ClientStream& client, beast::flat_buffer& cbuf, UpstreamStre
                 auto [ec, got] =
                     co_await client.async_read_some(net::buffer(buf.data() + fill, want), as_tuple);
                 if (ec)
-                    co_return stream_outcome{stream_end::client_failed, {}};
+                    co_return stream_outcome{stream_end::client_failed, {}, 0, base};
                 n = got;
             }
             fill += n;
@@ -601,7 +602,7 @@ stream_request_body(ClientStream& client, beast::flat_buffer& cbuf, UpstreamStre
                     findings.push_back(f);
             }
             if (v.kind != dlp::verdict_kind::forward)
-                co_return stream_outcome{stream_end::denied, std::move(v), remaining};
+                co_return stream_outcome{stream_end::denied, std::move(v), remaining, base};
         }
         const std::size_t send = remaining == 0 ? fill : fill - std::min(overlap, fill);
         if (send > 0) {
@@ -609,13 +610,13 @@ stream_request_body(ClientStream& client, beast::flat_buffer& cbuf, UpstreamStre
             auto [ec, n] =
                 co_await net::async_write(upstream, net::buffer(buf.data(), send), as_tuple);
             if (ec)
-                co_return stream_outcome{stream_end::upstream_failed, {}, remaining};
+                co_return stream_outcome{stream_end::upstream_failed, {}, remaining, base};
         }
         std::memmove(buf.data(), buf.data() + send, fill - send);
         held = fill - send;
         base += send;
         if (remaining == 0 && held == 0)
-            co_return stream_outcome{};
+            co_return stream_outcome{stream_end::done, {}, 0, base};
     }
 }
 
@@ -907,13 +908,11 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     if (streamed)
         out.content_length(declared_length);
 
-    // The previous exchange's record must be durable before this one sends anything
-    // (and this record's bytes_up stays 0 when nothing is sent).
+    // The previous exchange's record must be durable before this one sends anything.
     if (!co_await settle_audit(fc)) {
         co_await deny(client, fc, 503, "audit_unavailable", rec, findings, false);
         co_return exchange_end::close;
     }
-    rec.bytes_up = streamed ? declared_length : out.body().size();
 
     // Upstream: reuse the connection when it goes to the same place.
     std::string key = tgt.dest->host + ":" + std::to_string(tgt.dest->port);
@@ -1002,10 +1001,12 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         }
         // A reused keep-alive connection the origin had closed: one fresh attempt.
     }
+    rec.bytes_up = out.body().size(); // body bytes sent (a streamed body: counted below)
     if (streamed) {
         fc.unread_body = 0; // stream_request_body reads it, and says what is left if it stops
         auto sres = co_await stream_request_body(client, cbuf, *up.stream, declared_length, fc,
                                                  policy, rule->inspect, findings);
+        rec.bytes_up = sres.forwarded;
         if (sres.end != stream_end::done) {
             fc.unread_body = sres.unread;
             // The origin has a truncated request it cannot complete: the connection goes.

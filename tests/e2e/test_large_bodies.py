@@ -178,6 +178,9 @@ class large_bodies_test(unittest.TestCase):
         self.assertEqual(record["decision"], "deny")
         self.assertEqual(record["findings"][0]["location"], "body")
         self.assertEqual(record["findings"][0]["offset"], 3 * 1024 * 1024)
+        # bytes_up counts what was relayed: windows before the token, never the rest.
+        self.assertGreater(record["bytes_up"], 0)
+        self.assertLessEqual(record["bytes_up"], 3 * 1024 * 1024)
         with open(B.audit_path, "rb") as f:
             self.assertNotIn(token, f.read())
 
