@@ -397,15 +397,18 @@ bool audit_log::append(const audit_record& r) {
 }
 
 void audit_log::async_append(audit_record r, std::move_only_function<void(bool)> done) {
+    bool queued = false;
     {
         std::lock_guard lock(queue_mutex_);
         if (!writer_stop_) {
             queue_.push_back({std::move(r), std::move(done)});
-            queue_cv_.notify_one();
-            return;
+            queued = true;
         }
     }
-    done(append(r)); // closed: no writer thread to take it
+    if (queued)
+        queue_cv_.notify_one();
+    else
+        done(append(r)); // closed: no writer thread to take it
 }
 
 void audit_log::writer_loop() {

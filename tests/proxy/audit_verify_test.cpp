@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -307,12 +308,29 @@ TEST(audit_verify_test, close_drains_the_queue_and_later_appends_still_write) {
     ASSERT_TRUE(log.has_value()) << log.error();
     constexpr int queued = 300;
     std::atomic<int> done{0};
-    for (int i = 1; i <= queued; ++i)
+    // The writer is held inside the first completion until the test lets it go: close()
+    // must not return before then, whatever the disk's speed.
+    std::promise<void> release;
+    std::shared_future<void> released = release.get_future().share();
+    (*log)->async_append(rec(1), [&, released](bool ok) {
+        released.wait();
+        if (ok)
+            done.fetch_add(1);
+    });
+    for (int i = 2; i <= queued; ++i)
         (*log)->async_append(rec(i), [&](bool ok) {
             if (ok)
                 done.fetch_add(1);
         });
-    (*log)->close();
+    std::atomic<bool> closed{false};
+    std::thread closer([&] {
+        (*log)->close();
+        closed = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(closed.load()) << "close() returned while a completion was still running";
+    release.set_value();
+    closer.join();
     EXPECT_EQ(done.load(), queued);
 
     std::thread::id ran_on;

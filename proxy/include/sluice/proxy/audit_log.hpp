@@ -124,8 +124,9 @@ public:
     void async_append(audit_record r, std::move_only_function<void(bool)> done);
 
     /// Stops the writer thread after it has written every record still queued and called
-    /// each one's `done`: no async_append completion runs after close() returns. Later
-    /// async_append calls write on the calling thread, as append(), and call `done` there.
+    /// each one's `done`: once close() returns, the writer thread runs no completion. Later
+    /// async_append calls write on the calling thread, as append(), and call `done` there
+    /// (one racing with close() may do so after close() has returned).
     /// The server calls it once its io_contexts have stopped, before they are destroyed
     /// (a `done` may post to one). Idempotent; the destructor calls it too.
     void close();
