@@ -33,7 +33,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -384,6 +386,33 @@ constexpr std::string_view usage =
     "         [--requests N] [--duration SECONDS] [--body-size BYTES] [--hold SECONDS]\n"
     "         [--resume] [--rate REQUESTS_PER_S] [--path PATH]\n";
 
+// A whole number in [lo, hi]; anything else ends the program with a usage error.
+std::uint64_t parse_count(std::string_view opt, const std::string& v, std::uint64_t lo,
+                          std::uint64_t hi) {
+    std::uint64_t n = 0;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc{} || end != v.data() + v.size() || n < lo || n > hi) {
+        std::cerr << "bad value for " << opt << ": \"" << v << "\" (a whole number from " << lo
+                  << " to " << hi << ")\n"
+                  << usage;
+        std::exit(2);
+    }
+    return n;
+}
+
+// Seconds (or a rate) in [lo, hi], decimals allowed; anything else is a usage error.
+double parse_real(std::string_view opt, const std::string& v, double lo, double hi) {
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x) || x < lo || x > hi) {
+        std::cerr << "bad value for " << opt << ": \"" << v << "\" (a number from " << lo << " to "
+                  << hi << ")\n"
+                  << usage;
+        std::exit(2);
+    }
+    return x;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -407,23 +436,23 @@ int main(int argc, char** argv) {
         else if (a == "--sni")
             o.sni = next();
         else if (a == "--connections")
-            o.connections = static_cast<unsigned>(std::stoul(next()));
+            o.connections = static_cast<unsigned>(parse_count(a, next(), 1, 100000));
         else if (a == "--threads")
-            o.threads = static_cast<unsigned>(std::stoul(next()));
+            o.threads = static_cast<unsigned>(parse_count(a, next(), 1, 256));
         else if (a == "--requests")
-            o.requests = std::stoull(next());
+            o.requests = parse_count(a, next(), 1, std::uint64_t{1} << 40);
         else if (a == "--duration")
-            o.duration_s = std::stod(next());
+            o.duration_s = parse_real(a, next(), 0.001, 86400);
         else if (a == "--body-size")
-            o.body_size = std::stoull(next());
+            o.body_size = parse_count(a, next(), 0, std::uint64_t{1} << 36);
         else if (a == "--hold")
-            o.hold_s = std::stod(next());
+            o.hold_s = parse_real(a, next(), 0, 86400);
         else if (a == "--path")
             o.path = next();
         else if (a == "--resume")
             o.resume = true;
         else if (a == "--rate")
-            o.rate = std::stod(next());
+            o.rate = parse_real(a, next(), 0, 1e7);
         else if (a == "--mode") {
             auto m = next();
             if (m == "keepalive")

@@ -23,6 +23,7 @@
 
 #include <array>
 #include <atomic>
+#include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -162,9 +163,11 @@ int main(int argc, char** argv) {
         std::string v = argv[i + 1];
         if (a == "--listen")
             listen = v;
-        else if (a == "--threads")
-            threads = static_cast<unsigned>(std::stoul(v));
-        else if (a == "--cert")
+        else if (a == "--threads") {
+            auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), threads);
+            if (ec != std::errc{} || end != v.data() + v.size() || threads > 256)
+                threads = 0; // a usage error below
+        } else if (a == "--cert")
             cert = v;
         else if (a == "--key")
             key = v;
@@ -201,8 +204,15 @@ int main(int argc, char** argv) {
         std::cerr << usage;
         return 2;
     }
-    tcp::endpoint ep(net::ip::make_address(listen.substr(0, colon)),
-                     static_cast<unsigned short>(std::stoul(listen.substr(colon + 1))));
+    unsigned short port = 0;
+    auto address = net::ip::make_address(listen.substr(0, colon), ec);
+    auto [end, pec] =
+        std::from_chars(listen.data() + colon + 1, listen.data() + listen.size(), port);
+    if (ec || pec != std::errc{} || end != listen.data() + listen.size()) {
+        std::cerr << "bad --listen " << listen << '\n' << usage;
+        return 2;
+    }
+    tcp::endpoint ep(address, port);
     std::vector<std::unique_ptr<net::io_context>> ctxs;
     for (unsigned i = 0; i < threads; ++i)
         ctxs.push_back(std::make_unique<net::io_context>(1));

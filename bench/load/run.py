@@ -440,6 +440,19 @@ def scenario_upload(args, ctx):
             "sluice_cpu_s": cpu}
 
 
+def whole(lo):
+    """An argparse type: a whole number of at least `lo`."""
+    def parse(text):
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r is not a whole number" % text)
+        if n < lo:
+            raise argparse.ArgumentTypeError("%d is below %d" % (n, lo))
+        return n
+    return parse
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -447,30 +460,34 @@ def main():
                     "sluice_bench_origin")
     ap.add_argument("--sluice", help="the sluice binary (default: BUILD_DIR/sluice)")
     ap.add_argument("--scenarios", default="keepalive,new-connection,idle,upload")
-    ap.add_argument("--connections", type=int, default=16)
-    ap.add_argument("--requests", type=int, default=200000)
-    ap.add_argument("--handshake-requests", type=int, default=20000)
+    ap.add_argument("--connections", type=whole(1), default=16,
+                    help="keep-alive connections (default 16)")
+    ap.add_argument("--requests", type=whole(1), default=200000,
+                    help="keep-alive requests per run (default 200000)")
+    ap.add_argument("--handshake-requests", type=whole(1), default=20000,
+                    help="new-connection requests per run (default 20000)")
     ap.add_argument("--latency-rate", type=float, default=5000,
                     help="keepalive: also run paced at this many requests/s (0: skip)")
     ap.add_argument("--latency-duration", type=float, default=10.0,
                     help="seconds of the paced keepalive run")
     ap.add_argument("--duration", type=float, default=15.0, help="seconds per run (bound)")
-    ap.add_argument("--body-size", type=int, default=1024)
-    ap.add_argument("--idle-counts", default="1000,10000")
+    ap.add_argument("--body-size", type=whole(0), default=1024)
+    ap.add_argument("--idle-counts", default="1000,10000",
+                    help="idle: connection counts, comma-separated")
     ap.add_argument("--hold", type=float, default=3.0)
     ap.add_argument("--idle-settle", type=float, default=5.0,
                     help="idle: seconds the connections stay idle before RSS is read "
                          "(RSS as they opened is printed too)")
-    ap.add_argument("--idle-batch", type=int, default=0,
+    ap.add_argument("--idle-batch", type=whole(0), default=0,
                     help="open idle connections in loadgen processes of at most this many")
-    ap.add_argument("--upload-size", type=int, default=1 << 30)
+    ap.add_argument("--upload-size", type=whole(1), default=1 << 30)
     ap.add_argument("--upload-max-body", default=None,
                     help="dlp.max_body for the upload run (default: sluice's default)")
     ap.add_argument("--audit-fsync", default="always", help="audit.fsync (always, or 1s)")
-    ap.add_argument("--loadgen-threads", type=int, default=1)
-    ap.add_argument("--handshake-loadgen-threads", type=int, default=2,
+    ap.add_argument("--loadgen-threads", type=whole(1), default=1)
+    ap.add_argument("--handshake-loadgen-threads", type=whole(1), default=2,
                     help="load generator threads of the new-connection scenario")
-    ap.add_argument("--origin-threads", type=int, default=2)
+    ap.add_argument("--origin-threads", type=whole(1), default=2)
     ap.add_argument("--json-out", help="write every figure to this file")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny bounded workload; exit 1 on any error (ctest)")
@@ -484,7 +501,17 @@ def main():
         args.idle_counts, args.hold, args.upload_size = "20", 0.5, 256 * 1024
         args.idle_settle = 0.5
         args.scenarios = "keepalive,new-connection,idle,upload"
-    args.idle_counts = [int(x) for x in str(args.idle_counts).split(",") if x]
+    try:
+        args.idle_counts = [whole(1)(x) for x in str(args.idle_counts).split(",") if x]
+    except argparse.ArgumentTypeError as e:
+        ap.error("--idle-counts: %s" % e)
+    known = ("keepalive", "new-connection", "idle", "upload")
+    unknown = [x for x in args.scenarios.split(",") if x and x not in known]
+    if unknown:
+        ap.error("--scenarios: unknown %s (known: %s)" % (", ".join(unknown), ", ".join(known)))
+    for path in [args.sluice] if args.sluice else []:
+        if not os.access(path, os.X_OK):
+            ap.error("--sluice: %s is not an executable file" % path)
 
     # Each idle connection holds a client socket in sluice and one in the load generator;
     # sluice pools upstream connections (at most 256 per io thread, 32 per origin), so the
