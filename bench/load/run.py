@@ -440,6 +440,10 @@ def scenario_upload(args, ctx):
             "sluice_cpu_s": cpu}
 
 
+SCENARIOS = {"keepalive": scenario_keepalive, "new-connection": scenario_new_connection,
+             "idle": scenario_idle, "upload": scenario_upload}
+
+
 def whole(lo):
     """An argparse type: a whole number of at least `lo`."""
     def parse(text):
@@ -505,13 +509,11 @@ def main():
         args.idle_counts = [whole(1)(x) for x in str(args.idle_counts).split(",") if x]
     except argparse.ArgumentTypeError as e:
         ap.error("--idle-counts: %s" % e)
-    known = ("keepalive", "new-connection", "idle", "upload")
-    unknown = [x for x in args.scenarios.split(",") if x and x not in known]
+    unknown = [x for x in args.scenarios.split(",") if x and x not in SCENARIOS]
     if unknown:
-        ap.error("--scenarios: unknown %s (known: %s)" % (", ".join(unknown), ", ".join(known)))
-    for path in [args.sluice] if args.sluice else []:
-        if not os.access(path, os.X_OK):
-            ap.error("--sluice: %s is not an executable file" % path)
+        ap.error("--scenarios: unknown %s (known: %s)" % (", ".join(unknown), ", ".join(SCENARIOS)))
+    if args.sluice and not os.access(args.sluice, os.X_OK):
+        ap.error("--sluice: %s is not an executable file" % args.sluice)
 
     # Each idle connection holds a client socket in sluice and one in the load generator;
     # sluice pools upstream connections (at most 256 per io thread, 32 per origin), so the
@@ -547,12 +549,10 @@ def main():
     ctx = {"origin": o, "start_sluice": start_sluice, "bench_ca": bench_ca}
     figures = {"nproc": os.cpu_count(), "audit_fsync": args.audit_fsync,
                "command": " ".join(sys.argv)}
-    scenarios = {"keepalive": scenario_keepalive, "new-connection": scenario_new_connection,
-                 "idle": scenario_idle, "upload": scenario_upload}
     failed = False
     try:
         for name in [x for x in args.scenarios.split(",") if x]:
-            figures[name] = scenarios[name](args, ctx)
+            figures[name] = SCENARIOS[name](args, ctx)
     finally:
         for s in running:
             s.stop()
