@@ -181,6 +181,34 @@ verdict inspector::on_head(const request_view& req) {
     }
 }
 
+verdict inspector::on_destination(std::string_view host) {
+    try {
+        std::vector<finding_record> findings;
+        std::vector<variant_finding> found;
+        verdict failed;
+        variants_.reset();
+        if (!take(variants_.scan(host, "host", found), found, findings, failed)) {
+            return failed;
+        }
+        // A secret cut into labels ("ghp_abc.def123.attacker.example") is whole again
+        // without the dots.
+        std::string joined;
+        joined.reserve(host.size());
+        for (char ch : host) {
+            if (ch != '.') {
+                joined += ch;
+            }
+        }
+        if (joined.size() != host.size() &&
+            !take(variants_.scan(joined, "host", found), found, findings, failed)) {
+            return failed;
+        }
+        return decide(std::move(findings));
+    } catch (...) {
+        return internal_error();
+    }
+}
+
 verdict inspector::on_body(std::string_view body) {
     try {
         if (body.size() > policy_.dlp.max_body) {

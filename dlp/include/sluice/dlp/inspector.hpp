@@ -83,6 +83,12 @@ public:
     /// "header:<lower-case name>"), except `Proxy-Authorization`, which is the proxy's own
     /// credential and never forwarded. Never throws.
     verdict on_head(const request_view& req);
+    /// Scans a destination host name (normalised, as from a CONNECT authority or an
+    /// absolute-form target) before it is resolved: the name as written and its labels
+    /// joined without dots, with every decoder. Location "host"; offsets are into `host`
+    /// as given (for the joined view, into the joined bytes). A finding decides like any
+    /// other (dlp.on_finding). Never throws. Call it before any DNS query for the name.
+    verdict on_destination(std::string_view host);
     /// Scans the whole request body (already de-chunked), location "body". Bodies larger
     /// than policy.dlp.max_body give 413 body_too_large. Never throws.
     verdict on_body(std::string_view body);
