@@ -17,6 +17,7 @@ packages=(
   chromium  # tests/e2e/test_console.py: the approvals console in headless Chromium
   node-undici node-ws node-https-proxy-agent  # the Node client recipes in deploy/README.md
   python3-websockets  # tests/e2e/test_websocket.py and bench/websocket_load.py
+  dnsmasq-base  # tests/e2e/test_unscanned.py: a logging resolver (no name reaches DNS unscanned)
 )
 
 missing=()

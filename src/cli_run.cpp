@@ -140,6 +140,8 @@ struct reloader {
                 r.problems.push_back(d.str());
         } else {
             r.rules = next->rules->rules().size();
+            for (const auto& w : next->warnings)
+                spdlog::warn("reload: {}", w.str());
             auto published = std::make_shared<const config::settings>(std::move(*next));
             if (auto pub = server.publish(published); !pub) {
                 r.problems.push_back(pub.error());
@@ -238,6 +240,8 @@ int cmd_run(int argc, char** argv) {
     }
     auto settings = std::make_shared<const config::settings>(std::move(*loaded));
     setup_logging(*settings);
+    for (const auto& w : settings->warnings)
+        spdlog::warn("config: {}", w.str());
 
     std::error_code ec;
     std::filesystem::create_directories(settings->data_dir, ec);
@@ -427,6 +431,8 @@ int cmd_check_config(int argc, char** argv) {
         return 2;
     }
     const auto& s = *loaded;
+    for (const auto& w : s.warnings)
+        std::cerr << w.str() << " (warning)\n";
     if (std::filesystem::exists(s.ca_cert) || std::filesystem::exists(s.ca_key)) {
         auto ca = proxy::certificate_authority::load(s.ca_cert, s.ca_key);
         if (!ca) {

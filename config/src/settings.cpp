@@ -955,15 +955,20 @@ private:
             } else {
                 w_.error(m->mark, "policy needs an 'identity' (an identity name or \"*\")");
             }
+            std::vector<YAML::Mark> rule_marks;
             if (auto* r = m->get("rules")) {
                 w_.seq(*r, "rules", [&](const YAML::Node& e) {
                     if (auto rule = policy_rule(e)) {
                         p.rules.push_back(std::move(*rule));
+                        rule_marks.push_back(e.Mark());
                     }
                 });
             }
             if (auto* d = m->get("dlp")) {
                 dlp_section(*d, p.dlp);
+                opaque_rule_warnings(p, rule_marks, d->Mark());
+            } else {
+                opaque_rule_warnings(p, rule_marks, std::nullopt);
             }
             if (auto* l = m->get("limits")) {
                 if (auto lm = w_.map(
@@ -1006,6 +1011,71 @@ private:
             }
             s_.policies.push_back(std::move(p));
         });
+    }
+
+    void warn(const YAML::Mark& m, std::string msg) {
+        s_.warnings.push_back({w_.file(), m.line + 1, m.column + 1, std::move(msg)});
+    }
+
+    static std::string at(const YAML::Mark& m) {
+        return std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+    }
+
+    // Two rules' host lists can name the same host (a sufficient test: "*", equal
+    // patterns, or one pattern matching the other's name or wildcard base).
+    static bool hosts_overlap(const dlp::policy_rule& a, const dlp::policy_rule& b) {
+        if (a.hosts.empty() || b.hosts.empty()) {
+            return true;
+        }
+        auto base = [](const std::string& h) {
+            return h.starts_with("*.") ? h.substr(2) : h == "*" ? std::string("x") : h;
+        };
+        for (const auto& x : a.hosts) {
+            for (const auto& y : b.hosts) {
+                if (x == "*" || y == "*" || x == y || dlp::host_matches(x, base(y)) ||
+                    dlp::host_matches(y, base(x))) {
+                    return true;
+                }
+            }
+        }
+        return false;
+    }
+
+    static bool ports_overlap(const dlp::policy_rule& a, const dlp::policy_rule& b) {
+        return a.ports.empty() || b.ports.empty() ||
+               std::any_of(a.ports.begin(), a.ports.end(), [&](std::uint16_t p) {
+                   return std::find(b.ports.begin(), b.ports.end(), p) != b.ports.end();
+               });
+    }
+
+    // An opaque (`inspect: false`) rule: its tunnels carry bytes no detector sees, and a
+    // method- or path-constrained deny or supervise rule before it for the same hosts
+    // could not apply to them (the proxy intercepts such CONNECTs instead).
+    void opaque_rule_warnings(const dlp::policy& p, const std::vector<YAML::Mark>& marks,
+                              const std::optional<YAML::Mark>& dlp_mark) {
+        for (std::size_t k = 0; k < p.rules.size() && k < marks.size(); ++k) {
+            const auto& r = p.rules[k];
+            if (r.inspect) {
+                continue;
+            }
+            if (dlp_mark) {
+                warn(marks[k], "rule is 'inspect: false': its tunnels are not scanned, so the "
+                               "policy's dlp section (" +
+                                   at(*dlp_mark) +
+                                   ") covers only its other rules and plain http requests");
+            }
+            for (std::size_t j = 0; j < k; ++j) {
+                const auto& c = p.rules[j];
+                const bool constrained = !c.methods.empty() || !c.path_prefix.empty();
+                if (constrained && c.act != dlp::action::allow && hosts_overlap(c, r) &&
+                    ports_overlap(c, r)) {
+                    warn(marks[k], "rule is 'inspect: false', but the rule at " + at(marks[j]) +
+                                       " denies or supervises by method or path for the same "
+                                       "hosts: CONNECTs it covers are intercepted so that rule "
+                                       "can apply");
+                }
+            }
+        }
     }
 
     std::optional<dlp::policy_rule> policy_rule(const YAML::Node& n) {

@@ -156,6 +156,16 @@ verdict inspector::on_head(const request_view& req) {
         if (!take(variants_.scan_url(req.target, req.host, found), found, findings, failed)) {
             return failed;
         }
+        // Every byte of the head is sent upstream, so the method and the field names are
+        // scanned too (one line each), not only the target and the field values.
+        std::string names(req.method);
+        for (const auto& h : req.headers) {
+            names += '\n';
+            names += h.name;
+        }
+        if (!take(variants_.scan(names, "head", found), found, findings, failed)) {
+            return failed;
+        }
         std::string location;
         for (const auto& h : req.headers) {
             if (iequals(h.name, "proxy-authorization")) {

@@ -343,6 +343,29 @@ const policy_rule* match_rule(const policy& p, std::string_view host, std::uint1
     return nullptr;
 }
 
+bool constrained_rule_precedes(const policy& p, const policy_rule& chosen, std::string_view host,
+                               std::uint16_t port) noexcept {
+    for (const auto& r : p.rules) {
+        if (&r == &chosen) {
+            return false;
+        }
+        const bool constrained = !r.methods.empty() || !r.path_prefix.empty();
+        if (!constrained || r.act == action::allow) {
+            continue;
+        }
+        const bool host_hit = r.hosts.empty() || std::any_of(r.hosts.begin(), r.hosts.end(),
+                                                             [&](const std::string& h) {
+                                                                 return host_matches(h, host);
+                                                             });
+        const bool port_hit =
+            r.ports.empty() || std::find(r.ports.begin(), r.ports.end(), port) != r.ports.end();
+        if (host_hit && port_hit) {
+            return true;
+        }
+    }
+    return false;
+}
+
 std::optional<std::string> resolve_identity(const std::vector<identity>& identities,
                                             const std::optional<std::string>& listener_identity,
                                             const ip_address& source) {

@@ -160,9 +160,11 @@ void flow_handle::remove_hook(std::uint64_t key) {
     std::erase_if(hooks_, [key](const auto& h) { return h.first == key; });
 }
 
-void flow_handle::close_now() {
+void flow_handle::close_now(std::string reason) {
     if (!alive_)
         return;
+    if (!killed_)
+        cut_reason_ = std::move(reason);
     killed_ = true;
     // A hook may not add or remove hooks, but copy anyway: closing is what matters here.
     auto hooks = hooks_;
@@ -380,6 +382,24 @@ control::kill_result control::kill(std::optional<std::string> identity) {
     spdlog::warn("kill switch: {} killed, {} live flow(s) closed", identity ? *identity : "all",
                  r.closed);
     return r;
+}
+
+std::size_t control::cut(
+    const std::function<bool(const std::string&, const std::string&, flow_kind)>& no_longer_allowed,
+    std::string reason) {
+    std::vector<std::shared_ptr<flow_handle>> targets;
+    {
+        std::lock_guard lock(mutex_);
+        for (const auto& [serial, h] : flows_)
+            if (!h->identity_.empty() && !h->destination_.empty() &&
+                no_longer_allowed(h->identity_, h->destination_, h->kind_))
+                targets.push_back(h);
+    }
+    for (auto& h : targets)
+        net::post(h->executor_, [h, reason] { h->close_now(reason); });
+    if (!targets.empty())
+        spdlog::warn("{} live flow(s) closed: {}", targets.size(), reason);
+    return targets.size();
 }
 
 bool control::revive(std::optional<std::string> identity) {

@@ -11,6 +11,7 @@
 #include "sluice/dlp/caller.hpp"
 #include "sluice/dlp/inspector.hpp"
 #include "sluice/dlp/policy.hpp"
+#include "sluice/dlp/redact.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/execution/context.hpp>
@@ -98,8 +99,11 @@ struct flow_context {
     std::shared_ptr<const generation> gen;
     std::string flow;
     std::string source;
-    std::string identity; // "" = unresolved
-    const dlp::policy* policy = nullptr;
+    std::string identity;                // "" = unresolved
+    const dlp::policy* policy = nullptr; // in gen's settings
+    // Who the client proved to be (source, listener, proxy credentials, certificate):
+    // every request is decided again under the configuration in force when it arrives.
+    const dlp::caller_evidence* evidence = nullptr;
     std::shared_ptr<flow_handle> handle; // in the flow registry (control.hpp); null in unit tests
     rate_limits::connection_slot connection; // `limits.max_connections`, held per identity
     // The last exchange's allow record until it is durable: the next exchange on this
@@ -110,7 +114,31 @@ struct flow_context {
     // Body bytes of a refused request that the client may still be sending: run_exchange's
     // callers read them off (discard_body) before they close, a lingering close.
     std::uint64_t unread_body = 0;
+    // A brokered secret went upstream on this flow: every later response is asked for,
+    // and must come in, identity coding, so an echo of it can be masked.
+    bool secret_sent = false;
 };
+
+// Every request is decided under the configuration in force when it arrives, also on a
+// kept-alive connection or inside a tunnel opened before a reload: the identity is
+// resolved again from the same evidence and its policy looked up in the live
+// generation. False when the identity no longer resolves to the one the flow has, or
+// has no policy (the caller denies with policy_deny). Nothing of the old generation may
+// be referenced across this call.
+bool refresh_generation(flow_context& fc) {
+    auto live = fc.state->current.load();
+    if (live == fc.gen)
+        return fc.policy != nullptr;
+    fc.gen = std::move(live);
+    fc.policy = nullptr;
+    if (fc.evidence) {
+        auto who = dlp::resolve_caller(fc.gen->settings->identities, *fc.evidence);
+        if (!who.identity || *who.identity != fc.identity)
+            return false;
+    }
+    fc.policy = dlp::policy_for(fc.gen->settings->policies, fc.identity);
+    return fc.policy != nullptr;
+}
 
 std::string make_flow_id(shared_state& st) {
     std::uint64_t n = st.next_flow.fetch_add(1, std::memory_order_relaxed);
@@ -127,8 +155,28 @@ std::uint64_t elapsed_ms(std::chrono::steady_clock::time_point since) {
                                           .count());
 }
 
+// What the client chose goes through the detectors before it is recorded (the url and
+// method of a request that failed before inspection, an approver's words): no record
+// holds a secret, inspected or not (dlp/redact.hpp).
+std::string scrubbed(const flow_context& fc, std::string_view text) {
+    dlp::variant_options vo;
+    vo.protect = fc.gen->protect;
+    return dlp::redact_secrets(text, thread_scanner(fc.gen->settings->rules), vo);
+}
+
 // Fills in who and where, and counts the record's bytes and decision.
 void stamp(flow_context& fc, audit_record& r) {
+    r.url = scrubbed(fc, r.url);
+    // The methods of RFC 9110 section 9 and RFC 5789 need no scan; any other was chosen
+    // by the client.
+    static constexpr std::array<std::string_view, 10> known{
+        "", "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"};
+    if (std::find(known.begin(), known.end(), r.method) == known.end())
+        r.method = scrubbed(fc, r.method);
+    if (r.approval) {
+        r.approval->by = scrubbed(fc, r.approval->by);
+        r.approval->reason = scrubbed(fc, r.approval->reason);
+    }
     r.flow = fc.flow;
     r.identity = fc.identity;
     r.source = fc.source;
@@ -346,6 +394,18 @@ bool killed_now(const flow_context& fc) {
     return ctl && ((fc.handle && fc.handle->killed()) || ctl->is_killed(fc.identity));
 }
 
+// Why a killed flow ends: "killed" (503) for the kill switch, or the reason it was cut
+// with (control::cut: "policy_deny", 403, when a reload removed its allow).
+std::string_view kill_reason(const flow_context& fc) {
+    if (fc.handle && fc.handle->killed() && !fc.handle->cut_reason().empty() &&
+        !fc.state->ctl->is_killed(fc.identity))
+        return fc.handle->cut_reason();
+    return "killed";
+}
+unsigned kill_status(const flow_context& fc) {
+    return kill_reason(fc) == "killed" ? 503 : 403;
+}
+
 // A kill closes `s`'s socket (on this flow's thread): every pending read or write on it,
 // and on any TLS or WebSocket layer above it, ends at once.
 template <class Stream>
@@ -419,6 +479,54 @@ net::awaitable<resolve_result> resolve_destination(destination& d, const dlp::po
         d.endpoints.push_back(ep);
     }
     co_return resolve_result::ok;
+}
+
+// The destination name, inspected before anything resolves it: a secret spelled into a
+// host name ("<hex of a token>.attacker.example") would leave in the DNS query even if
+// the request were refused later (dlp::inspector::on_destination). With `connect_head`,
+// the CONNECT's own head too: its fields go nowhere upstream, but whatever the agent
+// wrote is inspected.
+dlp::verdict inspect_destination(flow_context& fc, std::string_view host, std::uint16_t port,
+                                 const http::request_header<>* connect_head) {
+    auto scan_started = std::chrono::steady_clock::now();
+    dlp::variant_options vo;
+    vo.protect = fc.gen->protect;
+    dlp::inspector ins(*fc.policy, thread_scanner(fc.gen->settings->rules), std::move(vo));
+    dlp::verdict v = ins.on_destination(host);
+    std::size_t scanned = host.size();
+    if (v.kind == dlp::verdict_kind::forward && connect_head != nullptr) {
+        std::vector<dlp::header_view> headers;
+        for (const auto& f : *connect_head) {
+            headers.push_back({f.name_string(), f.value()});
+            scanned += f.name_string().size() + f.value().size();
+        }
+        auto found = std::move(v.findings);
+        v = ins.on_head(dlp::request_view{"CONNECT", "", host, port, headers});
+        v.findings.insert(v.findings.begin(), found.begin(), found.end());
+    }
+    if (fc.state->stats)
+        count_scan(*fc.state->stats, scan_started, scanned);
+    return v;
+}
+
+// DLP on the destination name, after policy and before resolution. True when the name
+// may be resolved (log-only findings are kept in `rec`); otherwise the client has its
+// answer, and the record names the host only as "[redacted]".
+template <class Stream>
+net::awaitable<bool> admit_destination(Stream& client, flow_context& fc, const destination& d,
+                                       std::string_view scheme, audit_record& rec,
+                                       const http::request_header<>* connect_head = nullptr) {
+    dlp::verdict v = inspect_destination(fc, d.host, d.port, connect_head);
+    if (v.kind == dlp::verdict_kind::forward) {
+        rec.findings = to_audit(v.findings);
+        co_return true;
+    }
+    rec.url =
+        std::string(scheme) + std::string(dlp::redacted_marker) + ":" + std::to_string(d.port);
+    const auto status =
+        v.kind == dlp::verdict_kind::supervise ? 403u : static_cast<unsigned>(v.status);
+    co_await deny(client, fc, status, v.reason, rec, v.findings, false);
+    co_return false;
 }
 
 // An upstream connection owned by one client flow, reused across keep-alive exchanges.
@@ -635,8 +743,16 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                                           exchange_target& tgt, upstream<UpstreamStream>& up,
                                           flow_context& fc) {
     auto started = std::chrono::steady_clock::now();
-    const auto& policy = *fc.policy;
     auto& head = hp.get();
+    if (!refresh_generation(fc)) {
+        audit_record gone;
+        gone.method = std::string(head.method_string());
+        gone.url =
+            audit_log::redact_query(tgt.scheme + "://" + tgt.host_header + tgt.origin_form, true);
+        co_await deny(client, fc, 403, "policy_deny", gone, {}, false);
+        co_return exchange_end::close;
+    }
+    const auto& policy = *fc.policy;
     const bool client_keep_alive = head.keep_alive();
     const std::string method(head.method_string());
     std::string url_prefix = tgt.scheme + "://" + tgt.host_header;
@@ -655,7 +771,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         co_return exchange_end::close;
     }
     if (killed_now(fc)) { // before every request on a kept-alive connection or tunnel
-        co_await deny(client, fc, 503, "killed", rec, {}, false);
+        co_await deny(client, fc, kill_status(fc), kill_reason(fc), rec, {}, false);
         co_return exchange_end::close;
     }
 
@@ -691,6 +807,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             ? exchange_end::keep_going
             : exchange_end::close;
     }
+    // There is no TLS to keep opaque on plain http: `inspect: false` applies to tunnels.
+    const bool inspect = rule->inspect || tgt.scheme == "http";
     // supervise: the request is read and inspected like any other, then held (below).
     std::string supervise_reason;
     if (rule->act == dlp::action::supervise)
@@ -755,7 +873,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
 
     // Inspection.
     std::vector<dlp::finding_record> findings;
-    if (rule->inspect) {
+    if (inspect) {
         std::vector<dlp::header_view> headers;
         for (const auto& f : req) {
             if (f.name() == http::field::proxy_authorization)
@@ -795,7 +913,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             co_return ok&& keep ? exchange_end::keep_going : exchange_end::close;
         }
     }
-    rec.inspected = rule->inspect;
+    rec.inspected = inspect;
     if (streamed && !supervise_reason.empty()) { // on_finding: supervise in the head
         bool ok = co_await deny(client, fc, 403, "dlp_finding", rec, findings, false);
         (void)ok;
@@ -814,8 +932,14 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             co_await deny(client, fc, 503, "audit_unavailable", rec, findings, false);
             co_return exchange_end::close;
         }
-        approval_request held{fc.flow, fc.identity,      fc.source,         method,
-                              rec.url, supervise_reason, to_audit(findings)};
+        // What the approver sees holds no secret either (as the record).
+        approval_request held{fc.flow,
+                              fc.identity,
+                              fc.source,
+                              scrubbed(fc, method),
+                              scrubbed(fc, rec.url),
+                              supervise_reason,
+                              to_audit(findings)};
         auto out = co_await fc.state->ctl->hold(std::move(held), fc.handle.get(),
                                                 beast::get_lowest_layer(client).socket(),
                                                 fc.gen->settings->supervise_timeout);
@@ -880,6 +1004,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         }
     }
     const bool injected = brokered.outcome == dlp::broker_result::kind::inject;
+    fc.secret_sent = fc.secret_sent || injected;
     // Every response is masked for every brokered secret, injected here or not: an API
     // may store what it was sent and return it later, or on another exchange.
     dlp::secret_masker masker(
@@ -899,7 +1024,9 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         }
         out.insert(fwd[i].name, fwd[i].value);
     }
-    if (injected) // reflections are masked in the raw bytes: ask for them unencoded
+    // Reflections are masked in the raw bytes: once a brokered secret has gone upstream on
+    // this flow, every response is asked for unencoded (an API may echo it later).
+    if (fc.secret_sent)
         out.set(http::field::accept_encoding, "identity");
     out.set(http::field::host, tgt.host_header);
     out.body() = std::move(req.body());
@@ -933,7 +1060,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         ws.policy = &policy;
         ws.rules = fc.gen->settings->rules;
         ws.variants.protect = fc.gen->protect;
-        ws.inspect = rule->inspect;
+        ws.inspect = inspect;
         ws.flow = fc.flow;
         ws.stats = fc.state->stats.get();
         ws.audit = [&fc](audit_record r) { return audit(fc, std::move(r)); };
@@ -943,8 +1070,9 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
                 fc.state->ctl->set_destination(*fc.handle, flow_kind::websocket, rec.url);
             ws.hold = [&fc, &client,
                        &rec](std::vector<audit_finding> found) -> net::awaitable<approval_outcome> {
-                approval_request held{fc.flow, fc.identity,   fc.source,       "GET",
-                                      rec.url, "dlp_finding", std::move(found)};
+                approval_request held{fc.flow,         fc.identity,           fc.source,
+                                      "GET",           scrubbed(fc, rec.url), "dlp_finding",
+                                      std::move(found)};
                 co_return co_await fc.state->ctl->hold(std::move(held), fc.handle.get(),
                                                        beast::get_lowest_layer(client).socket(),
                                                        fc.gen->settings->supervise_timeout);
@@ -1005,7 +1133,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     if (streamed) {
         fc.unread_body = 0; // stream_request_body reads it, and says what is left if it stops
         auto sres = co_await stream_request_body(client, cbuf, *up.stream, declared_length, fc,
-                                                 policy, rule->inspect, findings);
+                                                 policy, inspect, findings);
         rec.bytes_up = sres.forwarded;
         if (sres.end != stream_end::done) {
             fc.unread_body = sres.unread;
@@ -1063,7 +1191,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     // An injected secret echoed back (some APIs repeat headers in errors) never reaches
     // the agent. Only unencoded bodies can be checked, so after an injection any content
     // or transfer coding other than identity/chunked is refused.
-    if (injected && !only_identity_coded(res)) {
+    if (fc.secret_sent && !only_identity_coded(res)) {
         up.stream.reset();
         co_await deny(client, fc, 502, "upstream_encoding", rec, findings, false);
         co_return exchange_end::close;
@@ -1157,7 +1285,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         up.buffer.shrink_to_fit();
 
     rec.decision = rec.approval ? "supervise_approved" : "allow";
-    rec.reason = relay_ok ? "" : killed_now(fc) ? "killed" : "relay_interrupted";
+    rec.reason = relay_ok ? "" : killed_now(fc) ? kill_reason(fc) : "relay_interrupted";
     rec.findings = to_audit(findings);
     rec.masked_bytes += masker.masked();
     rec.duration_ms = elapsed_ms(started);
@@ -1291,13 +1419,15 @@ std::string host_port(const destination& d, std::uint16_t default_port) {
 }
 
 // An opaque tunnel (policy `inspect: false`): bytes both ways, audited as uninspected.
+// A tunnel follows the audit: while nothing can be recorded (audit_log::healthy), no
+// byte more is relayed and the tunnel closes (its record then fails, and is counted).
 template <class From, class To>
-net::awaitable<void> pump(From& from, To& to, std::uint64_t& counted) {
+net::awaitable<void> pump(From& from, To& to, std::uint64_t& counted, const audit_log& log) {
     std::array<char, relay_chunk> buf;
     for (;;) {
         beast::get_lowest_layer(from).expires_after(client_idle_timeout * 5);
         auto [ec, n] = co_await from.async_read_some(net::buffer(buf), as_tuple);
-        if (ec || n == 0)
+        if (ec || n == 0 || !log.healthy())
             break;
         counted += n;
         beast::get_lowest_layer(to).expires_after(upstream_io_timeout);
@@ -1339,9 +1469,11 @@ net::awaitable<void> opaque_tunnel(ClientStream& client, beast::flat_buffer& cbu
         co_await net::async_write(*up.stream, cbuf.data(), as_tuple);
         cbuf.consume(cbuf.size());
     }
-    co_await (pump(client, *up.stream, rec.bytes_up) && pump(*up.stream, client, rec.bytes_down));
+    const audit_log& log = *fc.state->audit;
+    co_await (pump(client, *up.stream, rec.bytes_up, log) &&
+              pump(*up.stream, client, rec.bytes_down, log));
     rec.decision = "allow";
-    rec.reason = "uninspected";
+    rec.reason = killed_now(fc) ? kill_reason(fc) : "uninspected";
     rec.inspected = false;
     rec.duration_ms = elapsed_ms(started);
     audit(fc, std::move(rec));
@@ -1387,13 +1519,18 @@ net::awaitable<bool> admit_connect(ClientStream& client, beast::flat_buffer& cbu
         co_return false;
     }
     rec.url = host_port(d, 0);
-    if (fc.handle)
-        fc.state->ctl->set_destination(*fc.handle, flow_kind::tunnel, rec.url);
+    // Identity, then policy on the normalised name, then DLP on the name, then
+    // resolution, then the address check: a denied or secret-bearing name is never
+    // resolved.
     const auto* rule = dlp::match_rule(*fc.policy, d.host, d.port, "", "", true);
     if (rule == nullptr || rule->act == dlp::action::deny) {
         co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
         co_return false;
     }
+    if (!co_await admit_destination(client, fc, d, "", rec, &hp.get()))
+        co_return false;
+    if (fc.handle)
+        fc.state->ctl->set_destination(*fc.handle, flow_kind::tunnel, rec.url);
     switch (co_await resolve_destination(d, *fc.policy)) {
     case resolve_result::failed:
         co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
@@ -1404,7 +1541,9 @@ net::awaitable<bool> admit_connect(ClientStream& client, beast::flat_buffer& cbu
     case resolve_result::ok:
         break;
     }
-    if (!rule->inspect) {
+    // An opaque tunnel could carry a request that an earlier method- or path-constrained
+    // deny or supervise rule must decide: then the tunnel is intercepted instead.
+    if (!rule->inspect && !dlp::constrained_rule_precedes(*fc.policy, *rule, d.host, d.port)) {
         // An opaque tunnel's requests are invisible: the CONNECT itself is the request
         // that counts against `requests_per_minute` (its bytes are not metered).
         if (auto wait = fc.state->limits.admit_request(fc.identity, fc.policy->limits); wait != 0) {
@@ -1483,12 +1622,41 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
     co_await tls.async_shutdown(as_tuple);
 }
 
+// An absolute-form request's checks before its name is resolved, in the same order as a
+// CONNECT's: policy on the normalised name with this request's method and path, then
+// DLP on the name. A denied or secret-bearing name is never resolved. Otherwise the
+// client has its answer: the connection serves the next request (a refused request
+// without a body, on a keep-alive connection) or is done.
+enum class admitted { go, next_request, close };
+template <class ClientStream>
+net::awaitable<admitted> admit_absolute(ClientStream& client, beast::flat_buffer& cbuf,
+                                        http::request_parser<http::empty_body>& hp,
+                                        const destination& d, const exchange_target& tgt,
+                                        flow_context& fc, audit_record& rec) {
+    std::string_view path = tgt.origin_form;
+    path = path.substr(0, path.find('?'));
+    const auto* rule =
+        dlp::match_rule(*fc.policy, d.host, d.port, hp.get().method_string(), path, false);
+    if (rule == nullptr || rule->act == dlp::action::deny) {
+        // A declared body is read off before the close (a lingering close).
+        const bool expects_continue = beast::iequals(hp.get()[http::field::expect], "100-continue");
+        fc.unread_body = expects_continue ? 0 : hp.content_length().value_or(0);
+        const bool keep = hp.get().keep_alive() && hp.get().payload_size().value_or(1) == 0;
+        bool ok = co_await deny(client, fc, 403, "policy_deny", rec, {}, keep);
+        if (fc.unread_body != 0)
+            co_await linger(client, cbuf, fc);
+        co_return ok&& keep ? admitted::next_request : admitted::close;
+    }
+    co_return co_await admit_destination(client, fc, d, "http://", rec) ? admitted::go
+                                                                        : admitted::close;
+}
+
 // The requests on one client connection (plain TCP or an HTTPS proxy listener):
 // absolute-form exchanges until a CONNECT takes the connection over.
 template <class ClientStream>
 net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cbuf,
                                     flow_context& fc, dlp::caller_evidence& evidence) {
-    const auto& settings = *fc.gen->settings;
+    fc.evidence = &evidence;
     upstream<beast::tcp_stream> plain_up;
     auto up_hook = close_on_kill(fc, plain_up);
     destination plain_dest; // resolved and checked once per upstream host:port
@@ -1505,9 +1673,12 @@ net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cb
         evidence.proxy_authorization.reset();
         if (pa != hp.get().end())
             evidence.proxy_authorization = std::string(pa->value());
-        auto who = dlp::resolve_caller(settings.identities, evidence);
+        fc.gen = fc.state->current.load(); // the configuration in force for this request
+        fc.policy = nullptr;
+        auto who = dlp::resolve_caller(fc.gen->settings->identities, evidence);
         fc.identity = who.identity.value_or("");
-        fc.policy = who.identity ? dlp::policy_for(settings.policies, fc.identity) : nullptr;
+        fc.policy =
+            who.identity ? dlp::policy_for(fc.gen->settings->policies, fc.identity) : nullptr;
         // Registered first, checked second: a kill that lists the flows after this
         // registration closes it, one before it is seen by the check (control::kill).
         if (fc.handle)
@@ -1542,14 +1713,15 @@ net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cb
             co_await deny(client, fc, 400, "bad_request", rec, {}, false);
             co_return;
         }
+        rec.url = audit_log::redact_query("http://" + tgt.host_header + tgt.origin_form, true);
+        if (auto a = co_await admit_absolute(client, cbuf, hp, d, tgt, fc, rec);
+            a != admitted::go) {
+            if (a == admitted::close)
+                co_return;
+            continue;
+        }
         if (fc.handle)
             fc.state->ctl->set_destination(*fc.handle, flow_kind::http, host_port(d, 0));
-        // Policy on the destination first, so a denied host is never resolved.
-        if (dlp::match_rule(*fc.policy, d.host, d.port, "", "", true) == nullptr) {
-            rec.url = audit_log::redact_query("http://" + tgt.host_header + tgt.origin_form, true);
-            co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
-            co_return;
-        }
         if (d.host != plain_dest.host || d.port != plain_dest.port) {
             plain_up.stream.reset();
             plain_dest = std::move(d);

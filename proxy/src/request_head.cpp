@@ -33,6 +33,13 @@ bool head_is_strict(std::string_view head) {
         if (request_line) {
             if (!line.ends_with(" HTTP/1.1") && !line.ends_with(" HTTP/1.0"))
                 return false;
+            // method = token (RFC 9110 section 9.1, 5.6.2), then one space.
+            auto sp = line.find(' ');
+            if (sp == 0 || sp == std::string_view::npos)
+                return false;
+            for (unsigned char c : line.substr(0, sp))
+                if (!is_tchar(c))
+                    return false;
             request_line = false;
             continue;
         }

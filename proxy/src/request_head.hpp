@@ -16,7 +16,8 @@ namespace sluice::proxy {
 inline constexpr std::size_t request_header_limit = 64 * 1024;
 
 /// True if `head` (request line through the terminating empty line, CRLF endings) has
-/// no bare CR or LF, NUL or other control bytes, no obs-fold, only token header names,
+/// no bare CR or LF, NUL or other control bytes, no obs-fold, a token method and only
+/// token header names (RFC 9110 section 5.6.2),
 /// version HTTP/1.0 or HTTP/1.1 (so an HTTP/2 preface fails), and at most 128 fields.
 bool head_is_strict(std::string_view head);
 

@@ -2,6 +2,9 @@
 
 #include "flow.hpp"
 
+#include "sluice/dlp/policy.hpp"
+#include "sluice/proxy/control.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -11,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/url/parse.hpp>
 #include <spdlog/spdlog.h>
 
 #include <openssl/rand.h>
@@ -43,6 +47,43 @@ struct server::impl {
 };
 
 namespace {
+
+// host and port of a registered destination: "host:port", "[v6]:port", or a URL
+// ("https://host[:port]/path", a WebSocket's). Empty host when it cannot be read.
+std::pair<std::string, std::uint16_t> split_destination(std::string_view dest) {
+    std::uint16_t port = 0;
+    if (auto s = dest.find("://"); s != std::string_view::npos) {
+        port = dest.starts_with("https") ? 443 : 80;
+        dest = dest.substr(s + 3);
+        dest = dest.substr(0, dest.find('/'));
+    }
+    auto auth = boost::urls::parse_authority(dest);
+    if (!auth)
+        return {};
+    if (auth->has_port())
+        port = auth->port_number();
+    if (port == 0)
+        return {};
+    return {dlp::normalize_host(auth->encoded_host_address()), port};
+}
+
+// A reload that removes an allow cuts the live flows it no longer allows (their records
+// say policy_deny); the others go on, and each of their next requests is decided under
+// the new configuration (flow.cpp).
+void cut_disallowed(control& ctl, const config::settings& settings) {
+    ctl.cut(
+        [&settings](const std::string& identity, const std::string& dest, flow_kind) {
+            const auto* p = dlp::policy_for(settings.policies, identity);
+            if (p == nullptr)
+                return true;
+            auto [host, port] = split_destination(dest);
+            if (host.empty())
+                return false; // its next request is decided under the new configuration
+            const auto* rule = dlp::match_rule(*p, host, port, "", "", true);
+            return rule == nullptr || rule->act == dlp::action::deny;
+        },
+        "policy_deny");
+}
 
 std::expected<std::shared_ptr<const generation>, std::string>
 make_generation(std::shared_ptr<const config::settings> settings) {
@@ -327,6 +368,8 @@ std::expected<void, std::string> server::publish(std::shared_ptr<const config::s
     if (!gen)
         return std::unexpected(gen.error());
     impl_->state->current.store(*gen);
+    if (impl_->state->ctl)
+        cut_disallowed(*impl_->state->ctl, *(*gen)->settings);
     return {};
 }
 

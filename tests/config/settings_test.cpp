@@ -763,3 +763,50 @@ TEST(settings, supervise_webhook_is_an_http_url_and_never_quoted) {
         EXPECT_EQ(dump(d).find("s3cret"), std::string::npos) << dump(d);
     }
 }
+
+// An opaque rule after a method-constrained deny for the same hosts, and an opaque rule
+// in a policy with a dlp section, load with a warning naming both places (FILE:LINE:COL).
+TEST(settings, opaque_rules_that_cannot_do_what_they_say_are_warned_about) {
+    const char* yaml = R"(version: 1
+data_dir: /tmp/sluice-warn-test
+identities:
+  - name: a
+    source_cidrs: [127.0.0.0/8]
+policies:
+  - identity: a
+    rules:
+      - hosts: ["api.example.com"]
+        methods: [POST]
+        action: deny
+      - hosts: ["*"]
+        action: allow
+        inspect: false
+    dlp:
+      detectors: [all]
+)";
+    auto r = load_string(yaml, "w.yaml");
+    ASSERT_TRUE(r.has_value());
+    ASSERT_EQ(r->warnings.size(), 2u);
+    for (const auto& w : r->warnings)
+        EXPECT_TRUE(w.str().starts_with("w.yaml:12:9: ")) << w.str();
+    EXPECT_NE(r->warnings[0].str().find("dlp section (16:7)"), std::string::npos)
+        << r->warnings[0].str();
+    EXPECT_NE(r->warnings[1].str().find("rule at 9:9"), std::string::npos) << r->warnings[1].str();
+
+    // Without the constrained deny and the dlp section: no warning.
+    const char* clean = R"(version: 1
+data_dir: /tmp/sluice-warn-test
+identities:
+  - name: a
+    source_cidrs: [127.0.0.0/8]
+policies:
+  - identity: a
+    rules:
+      - hosts: ["*"]
+        action: allow
+        inspect: false
+)";
+    auto c = load_string(clean, "c.yaml");
+    ASSERT_TRUE(c.has_value());
+    EXPECT_TRUE(c->warnings.empty());
+}

@@ -367,8 +367,33 @@ def stop_run(proc, origins, files, tmp):
     for f in files:
         if f is not None and not f.closed:
             f.close()
-    if tmp and os.path.isdir(tmp) and not os.environ.get("SLUICE_E2E_KEEP"):
-        shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        assert_no_secret_in_audits(tmp)
+    finally:
+        if tmp and os.path.isdir(tmp) and not os.environ.get("SLUICE_E2E_KEEP"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def assert_no_secret_in_audits(tmp):
+    """Every audit log a suite's run wrote (audit*.jsonl, rotated ones too) holds no
+    secret: `sluice scan` over it finds nothing (CONTRACT.md: the secret never appears in
+    a record). Raises AssertionError naming the file and the rules found."""
+    path = os.environ.get("SLUICE_BIN")
+    if not path or not tmp or not os.path.isdir(tmp):
+        return
+    audits = []
+    for root, _, names in os.walk(tmp):
+        audits += [os.path.join(root, n) for n in names if n.startswith("audit")
+                   and ".jsonl" in n and not n.endswith(".lock")]
+    if not audits:
+        return
+    r = subprocess.run([path, "scan", "--format", "jsonl", *audits], capture_output=True,
+                       timeout=START_TIMEOUT_S)
+    if r.returncode != 0:
+        rules = sorted({json.loads(line).get("rule", "?") for line in r.stdout.splitlines()
+                        if line.strip().startswith(b"{")})
+        raise AssertionError("sluice scan found %s in the audit log(s) %s (exit %d): %s" %
+                             (rules, audits, r.returncode, r.stderr.decode(errors="replace")[:500]))
 
 
 def stop_everything():

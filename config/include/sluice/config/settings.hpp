@@ -99,6 +99,11 @@ struct settings {
     std::string log_level = "info";
     std::string log_format = "text";
     std::shared_ptr<const detectors::ruleset> rules; ///< built-in rules plus `rule_files`
+    /// Things that load but probably do not do what the operator means (printed by
+    /// check-config, logged at start and on reload), e.g. an `inspect: false` rule in a
+    /// policy with a `dlp` section, or an opaque rule after a method-constrained deny
+    /// for the same hosts (such CONNECTs are intercepted so that the deny can apply).
+    diagnostics warnings;
 };
 
 struct load_options {

@@ -34,7 +34,8 @@ struct request_view {
 /// A finding as reported to the client (rule ids), the audit (all fields) and metrics.
 struct finding_record {
     std::string rule;        ///< rule id
-    std::string location;    ///< "url", "header:<lower-case name>", "body"
+    std::string location;    ///< "url", "header:<lower-case name>", "head" (method and field
+                             ///< names), "host" (the destination name), "body"
     std::string variant;     ///< "raw" or a decode chain such as "gzip>base64"
     std::size_t offset = 0;  ///< byte offset within that location's (decoded) data
     std::size_t length = 0;  ///< length in bytes of the secret at `offset` (for redaction)
@@ -79,9 +80,10 @@ public:
     /// Same, with variant options (budget, protected values, decoders off).
     inspector(const policy& p, detectors::scanner& s, variant_options o);
 
-    /// Scans the target (location "url") and every header value (location
+    /// Scans the target (location "url"), every header value (location
     /// "header:<lower-case name>"), except `Proxy-Authorization`, which is the proxy's own
-    /// credential and never forwarded. Never throws.
+    /// credential and never forwarded, and the method with every field name, one per line
+    /// (location "head": offset 0 is the method's first byte). Never throws.
     verdict on_head(const request_view& req);
     /// Scans a destination host name (normalised, as from a CONNECT authority or an
     /// absolute-form target) before it is resolved: the name as written and its labels

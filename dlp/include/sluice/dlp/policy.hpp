@@ -144,6 +144,13 @@ const policy_rule* match_rule(const policy& p, std::string_view host, std::uint1
                               std::string_view method, std::string_view path,
                               bool connect_phase = false) noexcept;
 
+/// True when a rule before `chosen` (which must be one of `p.rules`) has method or path
+/// constraints, denies or supervises, and covers `host`:`port`. A CONNECT decided by an
+/// opaque (`inspect: false`) `chosen` would then carry requests that rule must decide,
+/// so the proxy intercepts such a tunnel instead and decides its requests one by one.
+bool constrained_rule_precedes(const policy& p, const policy_rule& chosen, std::string_view host,
+                               std::uint16_t port) noexcept;
+
 /// The identity for a flow: the listener's fixed identity if set, else the one identity
 /// whose source_cidrs contain `source`. nullopt when none or more than one match.
 std::optional<std::string> resolve_identity(const std::vector<identity>& identities,

@@ -65,8 +65,11 @@ public:
     void remove_hook(std::uint64_t key);
     /// True once a kill reached this flow: it must not start anything new.
     bool killed() const { return killed_; }
+    /// Why the flow was closed from outside: "" for the kill switch, or a reason code
+    /// such as "policy_deny" (a reload removed the allow it ran under; control::cut).
+    const std::string& cut_reason() const { return cut_reason_; }
     /// Runs every hook once (the kill, posted to this flow's executor).
-    void close_now();
+    void close_now(std::string reason = {});
 
 private:
     friend class control;
@@ -83,6 +86,7 @@ private:
     // flow thread only
     bool alive_ = true;
     bool killed_ = false;
+    std::string cut_reason_;
     std::uint64_t next_hook_ = 0;
     std::vector<std::pair<std::uint64_t, std::function<void()>>> hooks_;
 };
@@ -177,6 +181,15 @@ public:
     void set_destination(flow_handle& h, flow_kind kind, std::string destination);
     std::vector<flow_info> flows() const; ///< oldest first
     std::size_t live_flows() const;
+
+    /// Closes every live flow for which `no_longer_allowed(identity, destination, kind)`
+    /// is true, as a kill does, with `reason` as the flow's cut_reason() (e.g. after a
+    /// reload removed the allow the flow runs under: "policy_deny"). The predicate runs
+    /// under the registry lock: it must not block or call into control. Returns how many
+    /// flows were told to close. Any thread.
+    std::size_t cut(const std::function<bool(const std::string&, const std::string&, flow_kind)>&
+                        no_longer_allowed,
+                    std::string reason);
 
     // --- kill switch -------------------------------------------------------------------
     /// True when `identity` (or everything) is killed. Any thread, lock-free.

@@ -1,0 +1,144 @@
+// Redaction of secrets from record fields (dlp/redact.hpp) over the real built-in rules.
+#include "sluice/config/rules_loader.hpp"
+#include "sluice/detectors/ruleset.hpp"
+#include "sluice/detectors/scanner.hpp"
+#include "sluice/detectors/validators.hpp"
+#include "sluice/dlp/inspector.hpp"
+#include "sluice/dlp/policy.hpp"
+#include "sluice/dlp/redact.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+using namespace sluice;
+using namespace sluice::dlp;
+
+namespace {
+
+std::shared_ptr<const detectors::ruleset> rules() {
+    static std::shared_ptr<const detectors::ruleset> r = [] {
+        auto loaded = config::builtin_rules();
+        EXPECT_TRUE(loaded.has_value());
+        auto compiled =
+            detectors::ruleset::compile(loaded.value_or(std::vector<detectors::rule>{}));
+        EXPECT_TRUE(compiled.has_value());
+        return compiled.value_or(nullptr);
+    }();
+    return r;
+}
+
+std::string token(std::uint32_t seed) {
+    static constexpr char alphabet[] =
+        "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> pick(0, 61);
+    std::string random;
+    for (int i = 0; i < 30; ++i)
+        random += alphabet[pick(rng)];
+    char check[6];
+    detectors::base62_6(detectors::crc32(random), check);
+    return "ghp_" + random + std::string(check, 6);
+}
+
+std::string hex(std::string_view s) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned char c : s) {
+        out += digits[c >> 4];
+        out += digits[c & 15];
+    }
+    return out;
+}
+
+class redact_test : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_NE(rules(), nullptr);
+        scanner_.emplace(rules());
+    }
+    std::string redact(std::string_view s) { return redact_secrets(s, *scanner_, {}); }
+    std::optional<detectors::scanner> scanner_;
+};
+
+} // namespace
+
+TEST_F(redact_test, clean_text_is_unchanged) {
+    EXPECT_EQ(redact("https://api.example.com:443/v1/chat?model=x"),
+              "https://api.example.com:443/v1/chat?model=x");
+    EXPECT_EQ(redact("GET"), "GET");
+    EXPECT_EQ(redact(""), "");
+}
+
+TEST_F(redact_test, a_raw_secret_is_replaced_exactly) {
+    const auto t = token(1);
+    EXPECT_EQ(redact("https://h.example/p/" + t + "/x"), "https://h.example/p/[redacted]/x");
+    EXPECT_EQ(redact(t), "[redacted]");
+}
+
+TEST_F(redact_test, an_encoded_secret_loses_its_whole_encoded_run) {
+    const auto t = token(2);
+    const auto out = redact("https://h.example/p/" + hex("key=" + t) + "/x");
+    EXPECT_EQ(out.find(hex(t).substr(0, 20)), std::string::npos) << out;
+    EXPECT_NE(out.find("[redacted]"), std::string::npos) << out;
+    EXPECT_TRUE(out.starts_with("https://h.example/p/")) << out;
+}
+
+TEST_F(redact_test, a_secret_cut_by_dots_takes_the_whole_text) {
+    const auto t = token(3);
+    const auto host = t.substr(0, 20) + "." + t.substr(20) + ".attacker.example";
+    EXPECT_EQ(redact("https://" + host + ":443"), "[redacted]");
+}
+
+TEST(constrained_rule_precedes, only_constrained_deny_or_supervise_before_the_chosen_rule) {
+    policy p;
+    policy_rule post_deny;
+    post_deny.hosts = {"api.example.com"};
+    post_deny.methods = {"POST"};
+    post_deny.act = action::deny;
+    policy_rule other_host = post_deny;
+    other_host.hosts = {"other.example.com"};
+    policy_rule opaque;
+    opaque.hosts = {"*"};
+    opaque.inspect = false;
+    p.rules = {other_host, post_deny, opaque};
+    EXPECT_TRUE(constrained_rule_precedes(p, p.rules[2], "api.example.com", 443));
+    EXPECT_FALSE(constrained_rule_precedes(p, p.rules[2], "third.example.com", 443));
+    // A constrained allow does not need the tunnel intercepted; a later rule is not before.
+    p.rules[1].act = action::allow;
+    EXPECT_FALSE(constrained_rule_precedes(p, p.rules[2], "api.example.com", 443));
+    p.rules[1].act = action::supervise;
+    p.rules[1].ports = {8443};
+    EXPECT_FALSE(constrained_rule_precedes(p, p.rules[2], "api.example.com", 443));
+    EXPECT_TRUE(constrained_rule_precedes(p, p.rules[2], "api.example.com", 8443));
+    EXPECT_FALSE(constrained_rule_precedes(p, p.rules[1], "api.example.com", 8443));
+}
+
+TEST_F(redact_test, inspector_scans_the_method_and_field_names) {
+    const auto t = token(4);
+    policy pol;
+    inspector ins(pol, *scanner_);
+    const header_view clean[] = {{"X-Trace", "1"}};
+    EXPECT_EQ(ins.on_head({"GET", "/", "api.example.com", 443, clean}).kind, verdict_kind::forward);
+    auto as_method = ins.on_head({t, "/", "api.example.com", 443, clean});
+    ASSERT_EQ(as_method.kind, verdict_kind::deny);
+    EXPECT_EQ(as_method.findings.at(0).location, "head");
+    const header_view named[] = {{t, "1"}};
+    auto as_name = ins.on_head({"GET", "/", "api.example.com", 443, named});
+    ASSERT_EQ(as_name.kind, verdict_kind::deny);
+    EXPECT_EQ(as_name.findings.at(0).location, "head");
+}
+
+TEST_F(redact_test, inspector_scans_the_destination_name) {
+    const auto t = token(5);
+    policy pol;
+    inspector ins(pol, *scanner_);
+    EXPECT_EQ(ins.on_destination("api.example.com").kind, verdict_kind::forward);
+    auto split = ins.on_destination(t.substr(0, 20) + "." + t.substr(20) + ".attacker.example");
+    ASSERT_EQ(split.kind, verdict_kind::deny);
+    EXPECT_EQ(split.findings.at(0).location, "host");
+    const auto h = hex(t);
+    EXPECT_EQ(
+        ins.on_destination(h.substr(0, 40) + "." + h.substr(40) + ".zz.attacker.example").kind,
+        verdict_kind::deny);
+}
