@@ -3,6 +3,8 @@
 // ::ffff:a.b.c.d). Thread safety: immutable after construction; share freely.
 #pragma once
 
+#include "sluice/dlp/hostname.hpp"
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -77,6 +79,8 @@ struct dlp_settings {
     /// windows as it is relayed (identity-coded bodies only) instead of refused with 413.
     bool stream_large_bodies = false;
     std::vector<ignore_entry> ignore;
+    /// `hostname_exfil`: the hostname-exfiltration detector (hostname.hpp).
+    hostname_exfil_settings hostname_exfil;
 };
 
 /// Per-policy limits (CONTRACT.md `policies[].limits`); 0 = unlimited. Enforced by a later
