@@ -1,10 +1,12 @@
 // Credential brokering: where a placeholder is injected, where it denies, and masking of
 // reflected secrets across chunk boundaries.
 #include "sluice/dlp/credential_broker.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -177,36 +179,16 @@ TEST(secret_masker, overlapping_secrets_are_hidden_whole_at_every_split) {
 
 namespace {
 
-// Test-side encoders (RFC 4648 sections 4 and 5, and hex), independent of the code.
 std::string b64(std::string_view in, bool url) {
-    const char* alphabet = url ? "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-                               : "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    std::uint32_t acc = 0;
-    int bits = 0;
-    for (unsigned char c : in) {
-        acc = (acc << 8) | c;
-        bits += 8;
-        while (bits >= 6) {
-            bits -= 6;
-            out += alphabet[(acc >> bits) & 63];
-        }
-    }
-    if (bits > 0) {
-        out += alphabet[(acc << (6 - bits)) & 63];
-    }
-    while (!url && out.size() % 4 != 0) {
-        out += '=';
-    }
-    return out;
+    return sluice::dlp::test::to_base64(in, url);
 }
 
 std::string hex(std::string_view in, bool upper) {
-    const char* digits = upper ? "0123456789ABCDEF" : "0123456789abcdef";
-    std::string out;
-    for (unsigned char c : in) {
-        out += digits[c >> 4];
-        out += digits[c & 15];
+    std::string out = sluice::dlp::test::to_hex(in);
+    if (upper) {
+        for (auto& c : out) {
+            c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        }
     }
     return out;
 }

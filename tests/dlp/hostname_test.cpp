@@ -9,6 +9,7 @@
 #include "sluice/detectors/validators.hpp"
 #include "sluice/dlp/hostname.hpp"
 #include "sluice/dlp/inspector.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,90 +19,9 @@
 using namespace sluice;
 using namespace sluice::dlp;
 
+using namespace sluice::dlp::test;
+
 namespace {
-
-std::shared_ptr<const detectors::ruleset> builtin() {
-    static std::shared_ptr<const detectors::ruleset> rules = [] {
-        auto loaded = config::builtin_rules();
-        EXPECT_TRUE(loaded.has_value());
-        auto compiled =
-            detectors::ruleset::compile(loaded.value_or(std::vector<detectors::rule>{}));
-        EXPECT_TRUE(compiled.has_value());
-        return compiled.value_or(nullptr);
-    }();
-    return rules;
-}
-
-// "ghp_" + 30 random base62 + base62 CRC32 of those 30 (github.blog 2021-04-05).
-std::string github_token(std::uint32_t seed) {
-    static constexpr char alphabet[] =
-        "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> pick(0, 61);
-    std::string random;
-    for (int i = 0; i < 30; ++i) {
-        random += alphabet[pick(rng)];
-    }
-    char check[6];
-    detectors::base62_6(detectors::crc32(random), check);
-    return "ghp_" + random + std::string(check, 6);
-}
-
-// Test-side encoders (RFC 4648): the detector side decodes, so the test must not share it.
-std::string to_hex(std::string_view in) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned char c : in) {
-        out += digits[c >> 4];
-        out += digits[c & 15];
-    }
-    return out;
-}
-
-std::string to_base32(std::string_view in, bool lower) {
-    static constexpr char upper_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
-    std::string out;
-    std::uint32_t acc = 0;
-    int bits = 0;
-    for (unsigned char c : in) {
-        acc = (acc << 8) | c;
-        bits += 8;
-        while (bits >= 5) {
-            bits -= 5;
-            out += upper_alphabet[(acc >> bits) & 31];
-        }
-    }
-    if (bits > 0) {
-        out += upper_alphabet[(acc << (5 - bits)) & 31];
-    }
-    if (lower) {
-        for (auto& ch : out) {
-            ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        }
-    }
-    return out;
-}
-
-std::string to_base64url(std::string_view in) {
-    static constexpr char alphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    std::string out;
-    std::uint32_t acc = 0;
-    int bits = 0;
-    for (unsigned char c : in) {
-        acc = (acc << 8) | c;
-        bits += 8;
-        while (bits >= 6) {
-            bits -= 6;
-            out += alphabet[(acc >> bits) & 63];
-        }
-    }
-    if (bits > 0) {
-        out += alphabet[(acc << (6 - bits)) & 63];
-    }
-    return out;
-}
-
 // Cuts `s` into labels of at most `n` bytes joined by dots.
 std::string dotted(std::string_view s, std::size_t n) {
     std::string out;
@@ -325,8 +245,7 @@ double recall(std::size_t bytes, std::mt19937& rng) {
                                          : enc == 1 ? to_base32(secret, true)
                                                     : to_base32(secret, false);
                 ++total;
-                if (hostname_exfiltration(dotted(text, label) + ".t.attacker.example",
-                                          defaults)) {
+                if (hostname_exfiltration(dotted(text, label) + ".t.attacker.example", defaults)) {
                     ++found;
                 }
             }
