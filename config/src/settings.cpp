@@ -1165,9 +1165,55 @@ private:
         return r;
     }
 
-    void dlp_section(const YAML::Node& n, dlp::dlp_settings& d) {
-        auto m = w_.map(n, "dlp", {"detectors", "on_finding", "max_body", "large_bodies", "ignore"},
+    // `dlp.hostname_exfil: {enabled, min_score, min_label_length, allow}` (hostname.hpp).
+    void hostname_exfil_section(const YAML::Node& n, dlp::hostname_exfil_settings& h) {
+        auto m = w_.map(n, "hostname_exfil", {"enabled", "min_score", "min_label_length", "allow"},
                         true);
+        if (!m) {
+            return;
+        }
+        if (auto* e = m->get("enabled")) {
+            if (auto b = w_.boolean(*e, "hostname_exfil enabled")) {
+                h.enabled = *b;
+            }
+        }
+        if (auto* ms = m->get("min_score")) {
+            if (auto v = w_.str(*ms, "min_score")) {
+                double score = 0;
+                const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), score);
+                if (ec != std::errc() || end != v->data() + v->size() || !(score > 0) ||
+                    score > 1000) {
+                    w_.error(*ms, "invalid min_score " + walker::shown(*ms) +
+                                      " (expected a number of bytes above 0, at most 1000)");
+                } else {
+                    h.min_score = score;
+                }
+            }
+        }
+        if (auto* ml = m->get("min_label_length")) {
+            if (auto v = w_.u64(*ml, "min_label_length", 63)) {
+                if (*v < 8) {
+                    w_.error(*ml, "invalid min_label_length " + walker::shown(*ml) +
+                                      " (expected 8..63: a DNS label is at most 63 bytes)");
+                } else {
+                    h.min_label_length = static_cast<std::size_t>(*v);
+                }
+            }
+        }
+        if (auto* al = m->get("allow")) {
+            w_.seq(*al, "hostname_exfil allow", [&](const YAML::Node& e) {
+                if (auto p = host_pattern(e, "hostname_exfil allow")) {
+                    h.allow.push_back(*p);
+                }
+            });
+        }
+    }
+
+    void dlp_section(const YAML::Node& n, dlp::dlp_settings& d) {
+        auto m = w_.map(
+            n, "dlp",
+            {"detectors", "on_finding", "max_body", "large_bodies", "ignore", "hostname_exfil"},
+            true);
         if (!m) {
             return;
         }
@@ -1199,6 +1245,9 @@ private:
             if (auto s = w_.one_of(*lb, "large_bodies", {"deny", "stream"})) {
                 d.stream_large_bodies = *s == "stream";
             }
+        }
+        if (auto* hx = m->get("hostname_exfil")) {
+            hostname_exfil_section(*hx, d.hostname_exfil);
         }
         if (auto* ig = m->get("ignore")) {
             w_.seq(*ig, "ignore", [&](const YAML::Node& e) {

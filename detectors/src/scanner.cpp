@@ -186,15 +186,22 @@ bool scanner::scan(std::string_view data, std::size_t report_from, std::size_t r
         }
         const rule& r = rs.rules[c.rule];
         const std::string_view secret = data.substr(c.secret_begin, c.secret_end - c.secret_begin);
+        double confidence = r.confidence;
         if (!r.validator.empty() && !validate(r.validator, secret)) {
-            continue;
+            // A prefixed, fixed-shape token is a token whatever its checksum: a hand-typed
+            // or redacted-looking one still leaves the machine if we stay silent. Only
+            // validators that are the sole thing separating a match from text gate it.
+            if (!is_checksum_validator(r.validator) || looks_like_filler(secret)) {
+                continue;
+            }
+            confidence = unverified_confidence(r.confidence);
         }
         finding f;
         f.rule_id = r.id;
         f.category = r.category;
         f.begin = c.secret_begin;
         f.end = c.secret_end;
-        f.confidence = r.confidence;
+        f.confidence = confidence;
         // Private keys are found multi-line, flattened or JSON-escaped; one key must keep
         // one fingerprint across those forms (dlp.ignore, audit correlation).
         f.fingerprint =

@@ -390,13 +390,26 @@ bool looks_like_placeholder(std::string_view s) noexcept {
 
 bool is_known_validator(std::string_view name) noexcept {
     static constexpr std::string_view known[] = {
-        "",        "github",      "npm",   "pem",     "jwt",        "luhn",     "iban",
-        "entropy", "placeholder", "bip39", "grafana", "cloudflare", "atlassian"};
+        "",        "github",      "npm",   "pem",     "jwt",        "luhn",      "iban",
+        "entropy", "placeholder", "bip39", "grafana", "cloudflare", "atlassian", "nonfiller"};
     for (const auto k : known) {
         if (k == name)
             return true;
     }
     return false;
+}
+
+bool looks_like_filler(std::string_view token) noexcept {
+    std::array<std::size_t, 256> counts{};
+    std::size_t most = 0;
+    for (const char c : token)
+        most = std::max(most, ++counts[static_cast<unsigned char>(c)]);
+    return !token.empty() && 2 * most >= token.size();
+}
+
+bool is_checksum_validator(std::string_view name) noexcept {
+    return name == "github" || name == "npm" || name == "grafana" || name == "cloudflare" ||
+           name == "atlassian";
 }
 
 bool validate(std::string_view name, std::string_view secret) noexcept {
@@ -414,6 +427,8 @@ bool validate(std::string_view name, std::string_view secret) noexcept {
         return iban_ok(secret);
     if (name == "placeholder")
         return !looks_like_placeholder(secret);
+    if (name == "nonfiller")
+        return !looks_like_filler(secret);
     if (name == "bip39")
         return bip39_ok(secret);
     if (name == "grafana")

@@ -5,6 +5,8 @@
 #include <boost/url/rfc/unreserved_chars.hpp>
 #include <boost/url/url.hpp>
 
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <cctype>
 
@@ -89,6 +91,42 @@ std::vector<std::string> reflection_forms(std::string_view secret) {
         json += c;
     }
     add(json);
+    // Encoded echoes: hex in both cases, and base64 / base64url at each of the three
+    // alignments the secret can have inside a longer encoded blob. For a shift of k bytes
+    // the first characters mix in bytes before the secret and the last one bytes after it,
+    // so only the characters that depend on the secret alone are kept (RFC 4648 sections
+    // 4, 5 and 8).
+    static constexpr char hex_lower[] = "0123456789abcdef";
+    static constexpr char hex_upper[] = "0123456789ABCDEF";
+    std::string hl, hu;
+    for (unsigned char c : secret) {
+        hl += hex_lower[c >> 4];
+        hl += hex_lower[c & 15];
+        hu += hex_upper[c >> 4];
+        hu += hex_upper[c & 15];
+    }
+    add(std::move(hl));
+    add(std::move(hu));
+    for (std::size_t shift = 0; shift < 3; ++shift) {
+        std::string raw(shift, '\0');
+        raw.append(secret);
+        std::string b64(4 * ((raw.size() + 2) / 3) + 1, '\0');
+        const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()),
+                                      reinterpret_cast<const unsigned char*>(raw.data()),
+                                      static_cast<int>(raw.size()));
+        b64.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+        const std::size_t first = shift == 0 ? 0 : shift + 1; // chars touching the shift
+        const std::size_t full = raw.size() * 8 / 6;          // chars wholly inside raw
+        if (full <= first) {
+            continue;
+        }
+        std::string std_form = b64.substr(first, full - first);
+        std::string url_form = std_form;
+        std::replace(url_form.begin(), url_form.end(), '+', '-');
+        std::replace(url_form.begin(), url_form.end(), '/', '_');
+        add(std::move(std_form));
+        add(std::move(url_form));
+    }
     return forms;
 }
 
@@ -252,11 +290,19 @@ secret_masker::secret_masker(std::vector<std::string_view> secrets) {
 std::size_t secret_masker::cover(std::string_view text, std::size_t starts_before,
                                  std::size_t covered, std::string& out) const {
     // `covered`: positions [0, covered) are masked by occurrences from earlier calls.
+    // An occurrence is the first min_prefix bytes of a secret (all of a shorter one),
+    // extended as far as the text keeps following the secret: a reflection cut short
+    // (truncated by the origin, or at the end of the body) still hides what it shows.
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
     for (auto s : secrets_) {
-        for (auto at = text.find(s); at != std::string_view::npos && at < starts_before;
-             at = text.find(s, at + 1)) {
-            ranges.emplace_back(at, at + s.size());
+        const std::string_view anchor = s.substr(0, std::min(s.size(), min_prefix));
+        for (auto at = text.find(anchor); at != std::string_view::npos && at < starts_before;
+             at = text.find(anchor, at + 1)) {
+            std::size_t n = anchor.size();
+            while (n < s.size() && at + n < text.size() && text[at + n] == s[n]) {
+                ++n;
+            }
+            ranges.emplace_back(at, at + n);
         }
     }
     if (covered > 0) {

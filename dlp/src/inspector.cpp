@@ -4,6 +4,7 @@
 #include "sluice/dlp/inspector.hpp"
 
 #include "sluice/detectors/finding.hpp"
+#include "sluice/dlp/hostname.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -194,28 +195,76 @@ verdict inspector::on_head(const request_view& req) {
 verdict inspector::on_destination(std::string_view host) {
     try {
         std::vector<finding_record> findings;
+        std::vector<finding_record> in_view;
         std::vector<variant_finding> found;
         verdict failed;
+        bool ok = true;
         variants_.reset();
-        if (!take(variants_.scan(host, "host", found), found, findings, failed)) {
+        for_each_host_view(host, [&](const host_view& view) {
+            in_view.clear();
+            if (!take(variants_.scan(view.bytes, "host", found), found, in_view, failed)) {
+                ok = false;
+                return false;
+            }
+            for (auto& r : in_view) {
+                add_host_finding(view, std::move(r), findings);
+            }
+            return true;
+        });
+        if (!ok) {
             return failed;
         }
-        // A secret cut into labels ("ghp_abc.def123.attacker.example") is whole again
-        // without the dots.
-        std::string joined;
-        joined.reserve(host.size());
-        for (char ch : host) {
-            if (ch != '.') {
-                joined += ch;
+        // A decoded secret is found in every run that contains its labels (and a decoder
+        // may take the labels after it along); the smallest run is where it is.
+        std::vector<finding_record> smallest;
+        for (const auto& f : findings) {
+            const bool wider = std::any_of(findings.begin(), findings.end(), [&](const auto& o) {
+                return o.rule == f.rule && o.fingerprint == f.fingerprint && o.offset >= f.offset &&
+                       o.offset + o.length <= f.offset + f.length && o.length < f.length;
+            });
+            if (!wider) {
+                smallest.push_back(f);
             }
         }
-        if (joined.size() != host.size() &&
-            !take(variants_.scan(joined, "host", found), found, findings, failed)) {
-            return failed;
+        findings = std::move(smallest);
+        if (auto hit = hostname_exfiltration(host, policy_.dlp.hostname_exfil)) {
+            const bool ignore = std::any_of(
+                ignore_fingerprints_.begin(), ignore_fingerprints_.end(), [&](const auto& e) {
+                    return e.first == hostname_exfil_rule && e.second == hit->fingerprint;
+                });
+            if (!ignore) {
+                finding_record r;
+                r.rule = hostname_exfil_rule;
+                r.location = "host";
+                r.variant = "raw";
+                r.offset = hit->begin;
+                r.length = hit->end - hit->begin;
+                r.fingerprint = std::move(hit->fingerprint);
+                findings.push_back(std::move(r));
+            }
         }
         return decide(std::move(findings));
     } catch (...) {
         return internal_error();
+    }
+}
+
+void inspector::add_host_finding(const host_view& view, finding_record r,
+                                 std::vector<finding_record>& out) {
+    // Offsets come back relative to the view; the audit redacts labels of the host.
+    const auto range = host_range(view, r.offset, r.length);
+    r.offset = range.begin;
+    r.length = range.end - range.begin;
+    if (view.variant != "raw") {
+        r.variant = r.variant == "raw" ? view.variant : view.variant + ">" + r.variant;
+    }
+    // Overlapping runs find one secret many times: keep the first report of each.
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const finding_record& o) {
+        return o.rule == r.rule && o.fingerprint == r.fingerprint && o.offset == r.offset &&
+               o.length == r.length;
+    });
+    if (!seen) {
+        out.push_back(std::move(r));
     }
 }
 

@@ -40,9 +40,14 @@ ip_address from_v4(const std::uint8_t* v4) noexcept {
     return a;
 }
 
+// IANA IPv4 Special-Purpose Address Registry (RFC 6890), every block whose "Globally
+// Reachable" is False, plus multicast 224/4 (RFC 5771), which no unicast client reaches.
+// 192.0.0.0/24 is denied whole: its two anycast exceptions (192.0.0.9 PCP, 192.0.0.10
+// TURN) are not destinations an agent needs, and one rule is easier to audit.
 bool v4_private(const std::uint8_t* b) noexcept {
     const std::uint8_t o0 = b[0];
     const std::uint8_t o1 = b[1];
+    const std::uint8_t o2 = b[2];
     if (o0 == 0 || o0 == 10 || o0 == 127) { // "this network", RFC 1918, loopback
         return true;
     }
@@ -58,10 +63,44 @@ bool v4_private(const std::uint8_t* b) noexcept {
     if (o0 == 100 && (o1 & 0xc0) == 64) { // carrier-grade NAT 100.64.0.0/10
         return true;
     }
+    // IETF protocol assignments 192.0.0.0/24 (RFC 6890: DS-Lite B4 192.0.0.0/29, dummy
+    // 192.0.0.8, NAT64 discovery 192.0.0.170/171) and TEST-NET-1 192.0.2.0/24 (RFC 5737).
+    if (o0 == 192 && o1 == 0 && (o2 == 0 || o2 == 2)) {
+        return true;
+    }
+    if (o0 == 198 && (o1 & 0xfe) == 18) { // benchmarking 198.18.0.0/15 (RFC 2544)
+        return true;
+    }
+    if ((o0 == 198 && o1 == 51 && o2 == 100) || (o0 == 203 && o1 == 0 && o2 == 113)) {
+        return true; // TEST-NET-2 and TEST-NET-3 (RFC 5737)
+    }
     if (o0 >= 224) { // multicast 224/4, reserved 240/4, broadcast 255.255.255.255
         return true;
     }
     return false;
+}
+
+// 2001::/23, IETF protocol assignments (RFC 2928), is not globally reachable except for
+// the blocks the IPv6 Special-Purpose Address Registry lists as reachable: PCP, TURN and
+// DNS-SD SRP anycast 2001:1::1..3, AMT 2001:3::/32, AS112-v6 2001:4:112::/48, ORCHIDv2
+// 2001:20::/28 and DRIP 2001:30::/28. Teredo 2001::/32 is judged by its client address.
+bool v6_ietf_private(const std::uint8_t* b) noexcept {
+    const unsigned w1 = (unsigned{b[2]} << 8) | b[3]; // second 16-bit group
+    if (w1 == 1) {
+        const bool anycast = std::all_of(b + 4, b + 15, [](std::uint8_t x) { return x == 0; }) &&
+                             b[15] >= 1 && b[15] <= 3;
+        return !anycast;
+    }
+    if (w1 == 3) {
+        return false;
+    }
+    if (w1 == 4 && b[4] == 0x01 && b[5] == 0x12) {
+        return false;
+    }
+    if ((w1 & 0xfff0) == 0x20 || (w1 & 0xfff0) == 0x30) {
+        return false;
+    }
+    return true;
 }
 
 bool all_zero(const std::uint8_t* b, std::size_t n) noexcept {
@@ -227,6 +266,22 @@ bool is_private_destination(const ip_address& a) noexcept {
         b[5] == 0x01) {
         return true;
     }
+    // SIIT IPv4-translated addresses ::ffff:0:a.b.c.d, ::ffff:0:0:0/96 (RFC 2765 section
+    // 2.1, RFC 6145): a stateless translator turns them into the IPv4 address (the
+    // loopback ::ffff:0:7f00:1 included); they never name a public IPv6 host.
+    if (all_zero(b, 8) && b[8] == 0xff && b[9] == 0xff && b[10] == 0 && b[11] == 0) {
+        return true;
+    }
+    // Discard-only 100::/64 (RFC 6666) and the dummy prefix 100:0:0:1::/64 (RFC 9780).
+    if (b[0] == 0x01 && b[1] == 0x00 && all_zero(b + 2, 4) && b[6] == 0 && b[7] <= 1) {
+        return true;
+    }
+    // Documentation 2001:db8::/32 (RFC 3849) and 3fff::/20 (RFC 9637), segment routing
+    // SIDs 5f00::/16 (RFC 9602).
+    if ((b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x0d && b[3] == 0xb8) ||
+        (b[0] == 0x3f && b[1] == 0xff && (b[2] & 0xf0) == 0) || (b[0] == 0x5f && b[1] == 0x00)) {
+        return true;
+    }
     // 6to4 2002:V4ADDR::/48 (RFC 3056).
     if (b[0] == 0x20 && b[1] == 0x02) {
         return v4_private(b + 2);
@@ -237,6 +292,9 @@ bool is_private_destination(const ip_address& a) noexcept {
             static_cast<std::uint8_t>(~b[12]), static_cast<std::uint8_t>(~b[13]),
             static_cast<std::uint8_t>(~b[14]), static_cast<std::uint8_t>(~b[15])};
         return v4_private(client);
+    }
+    if (b[0] == 0x20 && b[1] == 0x01 && (b[2] & 0xfe) == 0x00) { // 2001::/23
+        return v6_ietf_private(b);
     }
     return false;
 }

@@ -809,4 +809,41 @@ policies:
     auto c = load_string(clean, "c.yaml");
     ASSERT_TRUE(c.has_value());
     EXPECT_TRUE(c->warnings.empty());
+TEST(settings, hostname_exfil_defaults_on_and_parses_every_key) {
+    const std::string head = std::string(minimal) +
+                             "policies:\n  - identity: \"*\"\n    rules:\n"
+                             "      - hosts: [example.com]\n        action: allow\n";
+    auto plain = load_string(head, "t.yaml");
+    ASSERT_TRUE(plain.has_value()) << dump(plain.error());
+    const auto& def = plain->policies[0].dlp.hostname_exfil;
+    EXPECT_TRUE(def.enabled);
+    EXPECT_DOUBLE_EQ(def.min_score, 20);
+    EXPECT_EQ(def.min_label_length, 16u);
+    EXPECT_TRUE(def.allow.empty());
+
+    auto set = load_string(head + "    dlp:\n      hostname_exfil:\n        enabled: false\n"
+                                  "        min_score: 40.5\n        min_label_length: 20\n"
+                                  "        allow: [\"*.CloudFront.net\", api.example.com]\n",
+                           "t.yaml");
+    ASSERT_TRUE(set.has_value()) << dump(set.error());
+    const auto& h = set->policies[0].dlp.hostname_exfil;
+    EXPECT_FALSE(h.enabled);
+    EXPECT_DOUBLE_EQ(h.min_score, 40.5);
+    EXPECT_EQ(h.min_label_length, 20u);
+    EXPECT_EQ(h.allow, (std::vector<std::string>{"*.cloudfront.net", "api.example.com"}));
+}
+
+TEST(settings, hostname_exfil_errors_name_their_position) {
+    const std::string head = std::string(minimal) +
+                             "policies:\n  - identity: \"*\"\n    rules:\n"
+                             "      - hosts: [example.com]\n        action: allow\n"
+                             "    dlp:\n      hostname_exfil:\n";
+    expect_error(errors_of(head + "        min_score: -1\n"), "invalid min_score '-1'", 12, 20);
+    expect_error(errors_of(head + "        min_score: lots\n"), "invalid min_score 'lots'", 12, 20);
+    expect_error(errors_of(head + "        min_label_length: 4\n"), "invalid min_label_length '4'",
+                 12, 27);
+    expect_error(errors_of(head + "        allow: [\"*.\"]\n"), "invalid host pattern", 12, 17);
+    expect_error(errors_of(head + "        enabled: maybe\n"), "invalid hostname_exfil enabled", 12,
+                 18);
+    expect_error(errors_of(head + "        threshold: 3\n"), "threshold", 12, 9);
 }

@@ -5,6 +5,7 @@
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
 #include "sluice/detectors/stream_scanner.hpp"
+#include "sluice/detectors/validators.hpp"
 
 #include <gtest/gtest.h>
 
@@ -133,3 +134,93 @@ TEST(builtin_rules, every_example_split_at_every_offset_across_two_feeds) {
 }
 
 } // namespace
+
+namespace {
+
+const sluice::detectors::rule* rule_by_id(const sluice::detectors::ruleset& rs,
+                                          std::string_view id) {
+    for (const auto& r : rs.rules()) {
+        if (r.id == id) {
+            return &r;
+        }
+    }
+    return nullptr;
+}
+
+} // namespace
+
+// Issue 25: a prefixed, fixed-shape token is a finding whatever its checksum; a checksum
+// that does not verify halves the confidence instead of dropping the finding.
+TEST(builtin_rules, token_look_alikes_are_findings_with_lower_confidence) {
+    auto rs = builtin();
+    ASSERT_TRUE(rs);
+    detectors::scanner s(rs);
+    struct row {
+        const char* rule;
+        const char* text;
+        bool verified;
+    };
+    const row rows[] = {
+        // The issue's hand-typed string has 34 characters: the wrong-length look-alike rule.
+        {"github-token-look-alike", "ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef01", true},
+        {"github-pat-classic", "ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef0123", false},
+        {"github-pat-classic", "my key is ghp_gyrDO1xkxwnQrS7RPeMOkIUpkDyr7O4ZFCxA ok", false},
+        {"github-oauth-token", "gho_E8JkqH3MB9n7IWUSmTtzQPxC5HChpo3ydaLA", false},
+        {"github-user-to-server-token", "ghu_R3pzh84KpLMcNfAQLKHu7qnQTupqzi3bQrkA", false},
+        {"github-server-to-server-token", "ghs_7AZQ3VZprkYSgy3c2Eom06Dwt0Y3oo27rBsA", false},
+        {"github-refresh-token", "ghr_DA4OKmTSyFzpjPSa5W3X4gXBolZ9SH0BZH3A", false},
+        {"npm-access-token", "npm_4Qbvrizj7bbDSlbhmSNgMFdhNExXjFUR1PaY", false},
+        {"cloudflare-scannable-token", "cfat_RVdD53X83RZJzzzzgEOzdmenCkhvMdgaKjIg8xNb833d1d01",
+         false},
+        {"grafana-service-account-token",
+         "export GRAFANA_TOKEN=\"glsa_OL8dKLzdocJ2isAjIhKtJ0RlgLKOmxgJ_82817c47\"", false},
+        {"atlassian-api-token",
+         "JIRA_API_TOKEN=\"ATATT3xFfGF09eaIXB0N7RicHG5cyOCxiBHpKS9W9hTR7jOh0orOsH5lQHOJfHk4SpqwN_"
+         "6Yq9jKSQueTFYJPIsQY4wj_jyMzWTKZ32XblkwotXidkyuI_R3-X3RA_cUj34ODKckPTCY4nLt-"
+         "VRNbvzoAnVU8_Cbs_jpve7XfqK2vCEovOGrxvo=C8AEEE77\"",
+         false},
+        // No checksum in the format: found at the rule's confidence.
+        {"aws-access-key-id", "AKIAIOSFODNN7EXAMPLE", true},
+        {"stripe-secret-key-live", "sk_live_FAKE_TEST_KEY_0123456789abcdefXYZ", true},
+        {"sendgrid-api-key", "SG.FAKE_SENDGRID_KEY_0123.abcdefghijklmnopqrstuvwxyz_0123456789",
+         true},
+    };
+    std::vector<detectors::finding> out;
+    for (const auto& r : rows) {
+        const auto* rule = rule_by_id(*rs, r.rule);
+        ASSERT_NE(rule, nullptr) << r.rule;
+        out.clear();
+        ASSERT_TRUE(s.scan(r.text, out));
+        ASSERT_EQ(count_rule(out, r.rule), 1u) << r.rule << ": " << r.text;
+        const auto& f = *std::find_if(out.begin(), out.end(),
+                                      [&](const auto& x) { return x.rule_id == r.rule; });
+        const double want =
+            r.verified ? rule->confidence : detectors::unverified_confidence(rule->confidence);
+        EXPECT_DOUBLE_EQ(f.confidence, want) << r.rule;
+        EXPECT_LT(detectors::unverified_confidence(rule->confidence), rule->confidence);
+        if (!r.verified) {
+            // Unverified is always below what the same rule gives a verified token.
+            EXPECT_LT(f.confidence, rule->confidence);
+        }
+    }
+}
+
+// The checksum stays a gate where the shape alone is not specific, and filler is not a token.
+TEST(builtin_rules, gates_still_gate_and_filler_is_not_a_token) {
+    auto rs = builtin();
+    ASSERT_TRUE(rs);
+    detectors::scanner s(rs);
+    std::vector<detectors::finding> out;
+    for (const char* text :
+         {"ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "npm_000000000000000000000000000000000000",
+          "card number: 4111 1111 1111 1112"}) {
+        out.clear();
+        ASSERT_TRUE(s.scan(text, out));
+        EXPECT_TRUE(out.empty()) << text << ": " << out.front().rule_id;
+    }
+    EXPECT_TRUE(detectors::is_checksum_validator("github"));
+    EXPECT_TRUE(detectors::is_checksum_validator("atlassian"));
+    EXPECT_FALSE(detectors::is_checksum_validator("luhn"));
+    EXPECT_FALSE(detectors::is_checksum_validator("entropy"));
+    EXPECT_FALSE(detectors::is_checksum_validator(""));
+}

@@ -1,9 +1,13 @@
 // Credential brokering: where a placeholder is injected, where it denies, and masking of
 // reflected secrets across chunk boundaries.
 #include "sluice/dlp/credential_broker.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -171,4 +175,89 @@ TEST(secret_masker, overlapping_secrets_are_hidden_whole_at_every_split) {
     secret_masker m({shorter, longer});
     EXPECT_EQ(m.mask(h), 6 + longer.size() + 6);
     EXPECT_EQ(h, expected);
+}
+
+namespace {
+
+std::string b64(std::string_view in, bool url) {
+    return sluice::dlp::test::to_base64(in, url);
+}
+
+std::string hex(std::string_view in, bool upper) {
+    std::string out = sluice::dlp::test::to_hex(in);
+    if (upper) {
+        for (auto& c : out) {
+            c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        }
+    }
+    return out;
+}
+
+// Feeds `body` to a masker over reflection_forms(secret) in pieces of `step` bytes.
+std::string masked(const std::string& secret, const std::string& body, std::size_t step) {
+    const auto forms = reflection_forms(secret);
+    secret_masker m(std::vector<std::string_view>(forms.begin(), forms.end()));
+    std::string out;
+    for (std::size_t at = 0; at < body.size(); at += step) {
+        out += m.feed(body.substr(at, step), at + step >= body.size());
+    }
+    return out;
+}
+
+} // namespace
+
+TEST(secret_masker, encoded_echoes_are_masked_at_every_split) {
+    // base64 and base64url at all three alignments inside a longer blob, hex in both cases.
+    const std::string secret = "sk-proj-REAL/value+0123456789?abc";
+    std::vector<std::string> echoes = {hex(secret, false), hex(secret, true)};
+    for (const std::string lead : {"", "x", "xy"}) {
+        echoes.push_back(b64(lead + secret + "tail", false));
+        echoes.push_back(b64(lead + secret + "tail", true));
+    }
+    for (const auto& echo : echoes) {
+        const std::string body = "{\"echo\":\"" + echo + "\"}";
+        for (std::size_t step = 1; step <= body.size(); step += 7) {
+            const std::string out = masked(secret, body, step);
+            ASSERT_EQ(out.size(), body.size());
+            // No run of 12 bytes of the echo survives.
+            for (std::size_t i = 0; i + 12 <= echo.size(); ++i) {
+                ASSERT_EQ(out.find(echo.substr(i, 12)), std::string::npos)
+                    << echo << " step " << step;
+            }
+        }
+    }
+}
+
+TEST(secret_masker, prefixes_of_twelve_bytes_or_more_are_masked_shorter_ones_are_not) {
+    const std::string secret = "sk-proj-REALvalue0123456789abcdefABCDEF";
+    const std::string cut = secret.substr(0, 12);
+    const std::string longer = secret.substr(0, 25);
+    const std::string eleven = secret.substr(0, 11);
+    const std::string body = "a " + cut + " b " + longer + "\" c " + eleven + " d " + longer;
+    std::string expected = body;
+    const std::size_t at_cut = 2;
+    const std::size_t at_longer = at_cut + cut.size() + 3;
+    expected.replace(at_cut, cut.size(), cut.size(), '*');
+    expected.replace(at_longer, longer.size(), longer.size(), '*');
+    // The last one ends the body: held back until `last`, then masked.
+    expected.replace(body.size() - longer.size(), longer.size(), longer.size(), '*');
+    for (std::size_t step = 1; step <= body.size(); ++step) {
+        secret_masker m({secret});
+        std::string out;
+        for (std::size_t at = 0; at < body.size(); at += step) {
+            out += m.feed(body.substr(at, step), at + step >= body.size());
+        }
+        ASSERT_EQ(out, expected) << "step " << step;
+        EXPECT_EQ(m.masked(), cut.size() + 2 * longer.size());
+    }
+    std::string h = "x-echo: " + longer;
+    secret_masker m({secret});
+    EXPECT_EQ(m.mask(h), longer.size());
+}
+
+TEST(reflection_forms, include_hex_and_base64_forms) {
+    const auto forms = reflection_forms("abcdef");
+    for (const char* want : {"abcdef", "616263646566", "YWJjZGVm"}) {
+        EXPECT_NE(std::find(forms.begin(), forms.end(), want), forms.end()) << want;
+    }
 }

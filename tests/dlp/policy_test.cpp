@@ -148,6 +148,49 @@ TEST(private_destination, table) {
         {"2002:0808:0808::1", false},                    // 6to4 of 8.8.8.8
         {"2001:0:4136:e378:8000:63bf:80ff:fffe", true},  // Teredo client 127.0.0.1 (inverted)
         {"2001:0:4136:e378:8000:63bf:f7f7:f7f7", false}, // Teredo client 8.8.8.8
+        // IANA IPv4 Special-Purpose Address Registry, not globally reachable.
+        {"192.0.0.1", true},   // DS-Lite B4 192.0.0.0/29
+        {"192.0.0.8", true},   // IPv4 dummy address
+        {"192.0.0.170", true}, // NAT64/DNS64 discovery
+        {"192.0.0.255", true},
+        {"192.0.1.1", false},
+        {"192.0.2.10", true}, // TEST-NET-1
+        {"192.0.3.1", false},
+        {"198.18.0.1", true}, // benchmarking 198.18.0.0/15
+        {"198.19.255.255", true},
+        {"198.17.255.255", false},
+        {"198.20.0.1", false},
+        {"198.51.100.7", true}, // TEST-NET-2
+        {"198.51.101.7", false},
+        {"203.0.113.9", true}, // TEST-NET-3
+        {"203.0.114.9", false},
+        {"192.31.196.1", false}, // AS112-v4 is globally reachable
+        // IPv6 registry and SIIT.
+        {"::ffff:0:7f00:1", true}, // SIIT IPv4-translated 127.0.0.1
+        {"::ffff:0:808:808", true},
+        {"::ffff:0:0:0", true},
+        {"::fffe:0:808:808", false},
+        {"::ffff:198.18.0.1", true}, // mapped benchmarking address
+        {"64:ff9b::192.0.0.170", true},
+        {"100::1", true},       // discard-only 100::/64
+        {"100:0:0:1::1", true}, // dummy prefix
+        {"100:0:0:2::1", false},
+        {"2001:2::1", true},   // benchmarking 2001:2::/48
+        {"2001:db8::1", true}, // documentation
+        {"3fff::1", true},     // documentation 3fff::/20
+        {"3fff:1000::1", false},
+        {"5f00::1", true},     // SRv6 SIDs
+        {"2001:10::1", true},  // ORCHID (deprecated)
+        {"2001:1ff::1", true}, // rest of 2001::/23
+        {"2001:1::1", false},  // PCP anycast, globally reachable
+        {"2001:1::3", false},
+        {"2001:1::4", true},
+        {"2001:3::1", false},     // AMT
+        {"2001:4:112::1", false}, // AS112-v6
+        {"2001:4:113::1", true},
+        {"2001:20::1", false},  // ORCHIDv2
+        {"2001:30::1", false},  // DRIP
+        {"2001:200::1", false}, // first block outside 2001::/23 (WIDE)
     };
     for (const auto& r : rows) {
         EXPECT_EQ(is_private_destination(ip(r.addr)), r.priv) << r.addr;

@@ -1,7 +1,17 @@
 // Offline validators run after a hit is confirmed by RE2. A rule names one in its
-// `validator` field; a finding is reported only if the validator accepts the secret
-// (the capture group 1 of the rule's pattern, or the whole match). All functions are
-// pure, allocation-light, never throw, and are safe to call from any thread.
+// `validator` field and the validator sees the secret (the capture group 1 of the rule's
+// pattern, or the whole match). Two kinds (issue 25):
+//   - gates ("pem", "jwt", "luhn", "iban", "entropy", "placeholder", "bip39", "nonfiller"): the
+//   shape
+//     alone is not specific (a digit run, a word list, a base64 blob), so a finding is
+//     reported only if the validator accepts;
+//   - checksums ("github", "npm", "grafana", "cloudflare", "atlassian"): the rule's
+//     pattern is a vendor prefix plus a fixed shape, specific on its own. The finding is
+//     reported whatever the checksum says; a checksum that verifies keeps the rule's
+//     `confidence`, one that does not gives unverified_confidence() of it. A hand-typed
+//     look-alike (ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef01) is therefore still a finding.
+// All functions are pure, allocation-light, never throw, and are safe to call from any
+// thread.
 //
 // Validator names a rule may use (anything else is a ruleset compile error):
 //   "github"      GitHub classic tokens and npm tokens: PREFIX_ + 30 base62 + 6-char
@@ -20,6 +30,8 @@
 //   "entropy"     generic secrets: not a placeholder and Shannon entropy >= 3.0 bits/char
 //                 with at least 8 characters.
 //   "placeholder" only the placeholder filter (no entropy threshold).
+//   "nonfiller"   rejects documentation filler only (looks_like_filler below): for
+//                 look-alike shapes that must be reported even when hand-typed.
 //   "bip39"       BIP-39 mnemonic: 12, 15, 18, 21 or 24 words (single spaces, any letter
 //                 case) from the English word list, and the checksum holds: the last
 //                 N/3 bits of the 11-bit word indices equal the first N/3 bits of
@@ -45,6 +57,20 @@ namespace sluice::detectors {
 
 /// True if `name` is "" (no validator) or one of the names above.
 bool is_known_validator(std::string_view name) noexcept;
+
+/// True for the checksum validators listed above (a failed check lowers confidence, it
+/// does not drop the finding); false for gates, "" and unknown names.
+bool is_checksum_validator(std::string_view name) noexcept;
+
+/// True if one byte value makes up at least half of `token` (ghp_xxxx..., sk_live_0000...):
+/// a documentation filler, dropped when its checksum does not verify either.
+bool looks_like_filler(std::string_view token) noexcept;
+
+/// Confidence of a finding whose checksum did not verify: half the rule's `confidence`
+/// (0..1 in, 0..0.5 out), so that a verified token always ranks above a look-alike.
+constexpr double unverified_confidence(double rule_confidence) noexcept {
+    return rule_confidence / 2;
+}
 
 /// Runs validator `name` on `secret`. "" accepts everything; unknown names reject.
 bool validate(std::string_view name, std::string_view secret) noexcept;

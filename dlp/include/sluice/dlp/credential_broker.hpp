@@ -106,19 +106,28 @@ private:
 };
 
 /// The forms in which an origin may echo a secret it was sent: as is, percent-encoded
-/// (RFC 3986 section 2.1, upper- and lower-case hex), and with '/' escaped as in JSON.
-/// Other transformations (base64, hex, case changes) are not covered.
+/// (RFC 3986 section 2.1, upper- and lower-case hex), with '/' escaped as in JSON, as hex
+/// (lower and upper case), and as base64 and base64url (RFC 4648 sections 4 and 5) at each
+/// of the three byte alignments it can have inside a longer encoded blob (only the
+/// characters that depend on the secret alone; no padding). Case changes and other
+/// transformations are not covered.
 std::vector<std::string> reflection_forms(std::string_view secret);
 
-/// Hides reflected secrets in a response: every occurrence of any of the secrets becomes
-/// '*' repeated to the same length, so Content-Length and chunk sizes stay right. Works
-/// across chunk boundaries by holding back the last (longest secret - 1) bytes until more
-/// data or the end arrives. Only raw (identity-coded) bytes are matched; the proxy asks
-/// the origin for `Accept-Encoding: identity` when it injects.
+/// Hides reflected secrets in a response: every occurrence of any of the secrets, and of
+/// any prefix of one that is at least min_prefix (12) bytes long (the whole secret when it
+/// is shorter), becomes '*' repeated to the same length, so Content-Length and chunk sizes
+/// stay right. Pass reflection_forms() to cover encoded echoes. Works across chunk
+/// boundaries by holding back the last (longest secret - 1) bytes until more data or the
+/// end arrives; a prefix at the very end of the body is masked when `last` arrives. Only
+/// raw (identity-coded) bytes are matched; the proxy asks the origin for
+/// `Accept-Encoding: identity`.
 class secret_masker {
 public:
     /// `secrets` must outlive the masker; empty strings are ignored.
     explicit secret_masker(std::vector<std::string_view> secrets);
+
+    /// Shortest prefix of a secret that is masked on its own, in bytes.
+    static constexpr std::size_t min_prefix = 12;
 
     bool active() const noexcept { return longest_ > 0; }
     /// Masks a whole value in place (a header field). Returns the bytes masked.

@@ -86,10 +86,17 @@ public:
     /// (location "head": offset 0 is the method's first byte). Never throws.
     verdict on_head(const request_view& req);
     /// Scans a destination host name (normalised, as from a CONNECT authority or an
-    /// absolute-form target) before it is resolved: the name as written and its labels
-    /// joined without dots, with every decoder. Location "host"; offsets are into `host`
-    /// as given (for the joined view, into the joined bytes). A finding decides like any
-    /// other (dlp.on_finding). Never throws. Call it before any DNS query for the name.
+    /// absolute-form target) before it is resolved, location "host": every view of
+    /// for_each_host_view (the name, every run of consecutive labels with and without its
+    /// dots, base32/base32hex decodings of the runs) through the variant pipeline (hex,
+    /// base64url, percent and the other decoders), then the hostname-exfiltration detector
+    /// (hostname.hpp, `dlp.hostname_exfil`; rule "hostname-exfiltration", independent of
+    /// `dlp.detectors`). Offsets and lengths are into `host` as given (the bytes of the
+    /// secret for undecoded views, the whole run of labels for decoded ones), so
+    /// redact_host() can hide the labels that carried a finding; `variant` is "raw",
+    /// "labels", "labels>base32", ... followed by the pipeline's chain. A finding decides
+    /// like any other (dlp.on_finding). Never throws. Call it before any DNS query for the
+    /// name.
     verdict on_destination(std::string_view host);
     /// Scans the whole request body (already de-chunked), location "body". Bodies larger
     /// than policy.dlp.max_body give 413 body_too_large. Never throws.
@@ -97,6 +104,8 @@ public:
 
 private:
     verdict decide(std::vector<finding_record> findings) const;
+    static void add_host_finding(const host_view& view, finding_record r,
+                                 std::vector<finding_record>& out);
     bool wanted(const detectors::finding& f) const noexcept;
     bool ignored(const detectors::finding& f, std::string_view data) const;
     /// Filters and converts pipeline findings; a non-ok status becomes its deny verdict.

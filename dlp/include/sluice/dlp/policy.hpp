@@ -3,6 +3,8 @@
 // ::ffff:a.b.c.d). Thread safety: immutable after construction; share freely.
 #pragma once
 
+#include "sluice/dlp/hostname.hpp"
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -32,11 +34,21 @@ struct cidr {
     bool contains(const ip_address& a) const noexcept;
 };
 
-/// Loopback, RFC 1918, link-local (incl. 169.254.169.254 metadata), CGNAT 100.64/10,
-/// 0.0.0.0/8, multicast 224/4, reserved 240/4 and broadcast, IPv6 unspecified ::, ::1,
-/// ULA fc00::/7 (incl. fd00:ec2::254), fe80::/10, multicast ff00::/8, and IPv4 embedded in
-/// IPv6 whose IPv4 is private: mapped ::ffff:0:0/96, compatible ::/96, NAT64 64:ff9b::/96
-/// (RFC 6052), 6to4 2002::/16 (RFC 3056) and Teredo 2001::/32 client (RFC 4380).
+/// True for every address that is not globally reachable: the blocks of the IANA IPv4 and
+/// IPv6 Special-Purpose Address Registries (RFC 6890; iana.org/assignments/
+/// iana-ipv4-special-registry and iana-ipv6-special-registry) whose "Globally Reachable"
+/// is False, plus multicast. IPv4: 0/8, 10/8, 100.64/10 (CGNAT), 127/8, 169.254/16
+/// (incl. 169.254.169.254 metadata), 172.16/12, 192.0.0/24 (IETF protocol assignments,
+/// whole), 192.0.2/24, 192.168/16, 198.18/15 (benchmarking), 198.51.100/24, 203.0.113/24,
+/// 224/4 multicast, 240/4 reserved and broadcast. IPv6: ::, ::1, ::/96 IPv4-compatible,
+/// SIIT IPv4-translated ::ffff:0:0:0/96 (RFC 2765; e.g. ::ffff:0:7f00:1), 100::/64
+/// discard, 100:0:0:1::/64 dummy, 2001::/23 IETF assignments (except the registry's
+/// globally reachable 2001:1::1-3, 2001:3::/32, 2001:4:112::/48, 2001:20::/28,
+/// 2001:30::/28), 2001:2::/48 benchmarking, 2001:db8::/32 and 3fff::/20 documentation,
+/// 5f00::/16 SRv6 SIDs, fc00::/7 ULA (incl. fd00:ec2::254), fe80::/10, fec0::/10,
+/// ff00::/8 multicast, NAT64 local-use 64:ff9b:1::/48; and IPv4 embedded in IPv6 whose
+/// IPv4 is private: mapped ::ffff:0:0/96, NAT64 64:ff9b::/96 (RFC 6052), 6to4 2002::/16
+/// (RFC 3056) and the Teredo 2001::/32 client (RFC 4380). Thread safe, never throws.
 bool is_private_destination(const ip_address& a) noexcept;
 
 enum class action { allow, deny, supervise };
@@ -67,6 +79,8 @@ struct dlp_settings {
     /// windows as it is relayed (identity-coded bodies only) instead of refused with 413.
     bool stream_large_bodies = false;
     std::vector<ignore_entry> ignore;
+    /// `hostname_exfil`: the hostname-exfiltration detector (hostname.hpp).
+    hostname_exfil_settings hostname_exfil;
 };
 
 /// Per-policy limits (CONTRACT.md `policies[].limits`); 0 = unlimited. Enforced by a later
