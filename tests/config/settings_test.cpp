@@ -769,6 +769,8 @@ TEST(settings, supervise_webhook_is_an_http_url_and_never_quoted) {
 TEST(settings, opaque_rules_that_cannot_do_what_they_say_are_warned_about) {
     const char* yaml = R"(version: 1
 data_dir: /tmp/sluice-warn-test
+listeners:
+  - address: 127.0.0.1:3128
 identities:
   - name: a
     source_cidrs: [127.0.0.0/8]
@@ -788,14 +790,16 @@ policies:
     ASSERT_TRUE(r.has_value());
     ASSERT_EQ(r->warnings.size(), 2u);
     for (const auto& w : r->warnings)
-        EXPECT_TRUE(w.str().starts_with("w.yaml:12:9: ")) << w.str();
-    EXPECT_NE(r->warnings[0].str().find("dlp section (16:7)"), std::string::npos)
+        EXPECT_TRUE(w.str().starts_with("w.yaml:14:9: ")) << w.str();
+    EXPECT_NE(r->warnings[0].str().find("dlp section (18:7)"), std::string::npos)
         << r->warnings[0].str();
-    EXPECT_NE(r->warnings[1].str().find("rule at 9:9"), std::string::npos) << r->warnings[1].str();
+    EXPECT_NE(r->warnings[1].str().find("rule at 11:9"), std::string::npos) << r->warnings[1].str();
 
     // Without the constrained deny and the dlp section: no warning.
     const char* clean = R"(version: 1
 data_dir: /tmp/sluice-warn-test
+listeners:
+  - address: 127.0.0.1:3128
 identities:
   - name: a
     source_cidrs: [127.0.0.0/8]
@@ -809,6 +813,8 @@ policies:
     auto c = load_string(clean, "c.yaml");
     ASSERT_TRUE(c.has_value());
     EXPECT_TRUE(c->warnings.empty());
+}
+
 TEST(settings, hostname_exfil_defaults_on_and_parses_every_key) {
     const std::string head = std::string(minimal) +
                              "policies:\n  - identity: \"*\"\n    rules:\n"

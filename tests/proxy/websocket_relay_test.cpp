@@ -84,7 +84,9 @@ TEST(ws_message_inspector, token_in_a_message_is_located_there) {
 
 TEST(ws_message_inspector, token_split_across_two_messages_is_found) {
     const auto t = github_token(2);
-    for (std::size_t cut : {1u, 4u, 20u, 39u}) {
+    // A message holding "ghp_" and 30 or more characters of a token is itself a finding
+    // (github-token-look-alike), so the cuts stop short of that.
+    for (std::size_t cut : {1u, 4u, 20u, 33u}) {
         auto ins = make();
         auto first = ins.on_message("padding " + t.substr(0, cut));
         EXPECT_EQ(first.kind, dlp::verdict_kind::forward) << cut;
