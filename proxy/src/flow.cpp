@@ -9,9 +9,9 @@
 
 #include "sluice/detectors/scanner.hpp"
 #include "sluice/dlp/caller.hpp"
+#include "sluice/dlp/hostname.hpp"
 #include "sluice/dlp/inspector.hpp"
 #include "sluice/dlp/policy.hpp"
-#include "sluice/dlp/hostname.hpp"
 #include "sluice/dlp/redact.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -522,8 +522,8 @@ net::awaitable<bool> admit_destination(Stream& client, flow_context& fc, const d
         rec.findings = to_audit(v.findings);
         co_return true;
     }
-    rec.url = std::string(scheme) + dlp::redact_host(d.host, v.findings) + ":" +
-              std::to_string(d.port);
+    rec.url =
+        std::string(scheme) + dlp::redact_host(d.host, v.findings) + ":" + std::to_string(d.port);
     const auto status =
         v.kind == dlp::verdict_kind::supervise ? 403u : static_cast<unsigned>(v.status);
     co_await deny(client, fc, status, v.reason, rec, v.findings, false);
