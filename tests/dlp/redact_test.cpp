@@ -6,6 +6,7 @@
 #include "sluice/dlp/inspector.hpp"
 #include "sluice/dlp/policy.hpp"
 #include "sluice/dlp/redact.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,46 +17,20 @@ using namespace sluice::dlp;
 
 namespace {
 
-std::shared_ptr<const detectors::ruleset> rules() {
-    static std::shared_ptr<const detectors::ruleset> r = [] {
-        auto loaded = config::builtin_rules();
-        EXPECT_TRUE(loaded.has_value());
-        auto compiled =
-            detectors::ruleset::compile(loaded.value_or(std::vector<detectors::rule>{}));
-        EXPECT_TRUE(compiled.has_value());
-        return compiled.value_or(nullptr);
-    }();
-    return r;
-}
-
+using test::builtin;
+using test::to_hex;
 std::string token(std::uint32_t seed) {
-    static constexpr char alphabet[] =
-        "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> pick(0, 61);
-    std::string random;
-    for (int i = 0; i < 30; ++i)
-        random += alphabet[pick(rng)];
-    char check[6];
-    detectors::base62_6(detectors::crc32(random), check);
-    return "ghp_" + random + std::string(check, 6);
+    return test::github_token(seed);
 }
-
 std::string hex(std::string_view s) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned char c : s) {
-        out += digits[c >> 4];
-        out += digits[c & 15];
-    }
-    return out;
+    return to_hex(s);
 }
 
 class redact_test : public ::testing::Test {
 protected:
     void SetUp() override {
-        ASSERT_NE(rules(), nullptr);
-        scanner_.emplace(rules());
+        ASSERT_NE(builtin(), nullptr);
+        scanner_.emplace(builtin());
     }
     std::string redact(std::string_view s) { return redact_secrets(s, *scanner_, {}); }
     std::optional<detectors::scanner> scanner_;
