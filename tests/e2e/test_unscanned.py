@@ -32,6 +32,7 @@ Run by ctest (tests/e2e/CMakeLists.txt, SLUICE_BIN set) or by hand:
 """
 
 import base64
+import contextlib
 import gzip
 import http.client
 import json
@@ -446,6 +447,20 @@ class t4_live_test(base):
         finally:
             conn.close()
 
+    @contextlib.contextmanager
+    def live_denied(self):
+        """The `live` identity's allow removed by a reload for the `with` body, then
+        restored by another."""
+        write_config(live_allowed=False)
+        try:
+            status, body = self.admin_reload()
+            self.assertEqual(status, 200, body)
+            yield
+        finally:
+            write_config(live_allowed=True)
+            status, body = self.admin_reload()
+            self.assertEqual(status, 200, body)
+
     def test_a_kept_alive_tunnel_follows_a_reload_that_removes_its_allow(self):
         authority = b"localhost:%d" % U.origin.port
         sock, refused = connect("live", authority)
@@ -455,10 +470,7 @@ class t4_live_test(base):
             sock.sendall(raw_head(b"GET", b"/live/" + m1.encode(), authority,
                                   [(b"Content-Length", b"0")]))
             self.assertEqual(read_reply(sock, "GET", "request").status, 200)
-            write_config(live_allowed=False)
-            try:
-                status, body = self.admin_reload()
-                self.assertEqual(status, 200, body)
+            with self.live_denied():
                 # The idle tunnel is cut by the reload, or its next request is refused:
                 # either way nothing more reaches the origin through it.
                 m2 = marker()
@@ -470,13 +482,8 @@ class t4_live_test(base):
                 except (OSError, http.client.HTTPException):
                     pass
                 self.assert_nothing_at_origins(m2)
-            finally:
-                write_config(live_allowed=True)
-                status, body = self.admin_reload()
-                self.assertEqual(status, 200, body)
         finally:
             sock.close()
-
 
     def test_an_opaque_tunnel_is_cut_by_a_reload_that_removes_its_allow(self):
         authority = b"127.0.0.1:%d" % U.origin.port
@@ -494,10 +501,7 @@ class t4_live_test(base):
             tls.sendall(raw_head(b"GET", b"/opaque-live/" + m1.encode(), authority,
                                  [(b"Content-Length", b"0")]))
             self.assertEqual(read_reply(tls, "GET", "request").status, 200)
-            write_config(live_allowed=False)
-            try:
-                status, body = self.admin_reload()
-                self.assertEqual(status, 200, body)
+            with self.live_denied():
                 tls.settimeout(TIMEOUT_S)
                 try:
                     self.assertEqual(tls.recv(1), b"", "the tunnel is closed")
@@ -506,10 +510,6 @@ class t4_live_test(base):
                 _, _, hits = wait_for(lambda rec: rec.get("flow") == flow)
                 self.assertEqual(len(hits), 1, hits)
                 self.assertEqual(hits[0].get("reason"), "policy_deny", hits)
-            finally:
-                write_config(live_allowed=True)
-                status, body = self.admin_reload()
-                self.assertEqual(status, 200, body)
         finally:
             tls.close()
 
