@@ -61,8 +61,10 @@ options:
                      http://127.0.0.1:9901); repeat it or separate URLs with commas; a host
                      name resolving to several addresses (a Kubernetes headless Service)
                      means every address, on the same port
-  --token-file FILE  bearer token file (default $SLUICE_ADMIN_TOKEN, else the default
-                     data dir's admin.token if present)
+  --token-file FILE  bearer token file (default $SLUICE_ADMIN_TOKEN, else admin.token in
+                     the data dir)
+  --data-dir DIR     the data dir `sluice run --data-dir DIR` uses (default
+                     $XDG_DATA_HOME/sluice or ~/.local/share/sluice; --dir is an alias)
   --json             print JSON instead of tables
   --timeout D        per-replica deadline, e.g. 500ms, 10s (default 10s)
   --by B             who decides (approve/deny; default USER@HOST)
@@ -82,6 +84,7 @@ int usage_error(std::string_view cmd, std::string_view message) {
 struct options {
     std::vector<std::string> admin;
     std::optional<std::string> token_file;
+    std::optional<std::string> data_dir;
     bool json = false;
     bool all = false;
     std::chrono::milliseconds timeout{10'000};
@@ -171,6 +174,10 @@ std::expected<options, std::string> parse_options(int argc, char** argv, int fir
                 return std::unexpected("--admin needs a URL");
         } else if (name == "--token-file") {
             o.token_file = *v;
+        } else if (name == "--data-dir" || name == "--dir") {
+            if (v->empty())
+                return std::unexpected(std::string(name) + " needs a directory");
+            o.data_dir = *v;
         } else if (name == "--timeout") {
             auto d = parse_duration(*v);
             if (!d)
@@ -225,14 +232,17 @@ std::expected<std::string, std::string> find_token(const options& o) {
         return read_token_file(*o.token_file);
     if (const char* env = std::getenv("SLUICE_ADMIN_TOKEN"); env && *env)
         return clean_token(env, "SLUICE_ADMIN_TOKEN");
-    // `sluice run` with the embedded default writes its token here: on a laptop the
-    // admin commands work without any option.
-    auto fallback = config::default_data_dir() / "admin.token";
+    // `sluice run` writes its token to admin.token in its data dir (unless the config's
+    // admin.token_file says otherwise): with the same --data-dir (or none, on a laptop)
+    // the admin commands work without any other option.
+    auto fallback = (o.data_dir ? std::filesystem::path(*o.data_dir) : config::default_data_dir()) /
+                    "admin.token";
     std::error_code ec;
-    if (std::filesystem::exists(fallback, ec))
+    if (o.data_dir || std::filesystem::exists(fallback, ec))
         return read_token_file(fallback.string());
-    return std::unexpected("no admin token: pass --token-file FILE or set SLUICE_ADMIN_TOKEN "
-                           "(sluice run writes it to admin.token in its data dir)");
+    return std::unexpected("no admin token: no " + fallback.string() +
+                           "; pass --data-dir DIR (the data dir of `sluice run`), "
+                           "--token-file FILE or set SLUICE_ADMIN_TOKEN");
 }
 
 // ------------------------------------------------------------------ replicas
@@ -673,7 +683,8 @@ struct session {
 // Parses options, finds the token and the replicas. Returns the exit code on failure.
 std::expected<session, int> open_session(std::string_view cmd, int argc, char** argv, int first,
                                          std::set<std::string_view> extra) {
-    std::set<std::string_view> allowed{"--admin", "--token-file", "--json", "--timeout"};
+    std::set<std::string_view> allowed{"--admin", "--token-file", "--data-dir",
+                                       "--dir",   "--json",       "--timeout"};
     allowed.insert(extra.begin(), extra.end());
     for (int i = first; i < argc; ++i) {
         std::string_view a = argv[i];

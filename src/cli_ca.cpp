@@ -17,11 +17,12 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view usage_text =
-    "usage: sluice ca init [--dir DIR | --config FILE]   create a local CA (DIR/ca.pem, "
+    "usage: sluice ca init [--data-dir DIR | --config FILE]   create a local CA (DIR/ca.pem, "
     "DIR/ca.key)\n"
-    "       sluice ca path [--dir DIR | --config FILE]   print the CA certificate path\n"
-    "DIR defaults to the data directory ($XDG_DATA_HOME/sluice or ~/.local/share/sluice);\n"
-    "with --config the CA paths come from the config's `ca` and `data_dir` keys.\n";
+    "       sluice ca path [--data-dir DIR | --config FILE]   print the CA certificate path\n"
+    "DIR defaults to the data directory ($XDG_DATA_HOME/sluice or ~/.local/share/sluice), "
+    "as for\n`sluice run`; --dir is an alias of --data-dir. With --config the CA paths come "
+    "from the\nconfig's `ca` and `data_dir` keys. `ca path` exits 2 when there is no CA yet.\n";
 
 int usage_error(std::string_view message) {
     std::cerr << "sluice ca: " << message << "\n" << usage_text;
@@ -70,10 +71,12 @@ int cmd_ca(int argc, char** argv) {
             std::cout << usage_text;
             return 0;
         }
-        if (arg == "--dir" || arg.starts_with("--dir=")) {
-            auto v = take_value("--dir");
+        // --data-dir as on `sluice run` and the admin commands; --dir kept as an alias.
+        std::string_view dir_flag = arg.starts_with("--data-dir") ? "--data-dir" : "--dir";
+        if (arg == dir_flag || arg.starts_with(std::string(dir_flag) + "=")) {
+            auto v = take_value(dir_flag);
             if (!v || v->empty())
-                return usage_error("--dir needs a directory");
+                return usage_error(std::string(dir_flag) + " needs a directory");
             dir = *v;
         } else if (arg == "--config" || arg.starts_with("--config=")) {
             auto v = take_value("--config");
@@ -85,7 +88,7 @@ int cmd_ca(int argc, char** argv) {
         }
     }
     if (dir && config_file)
-        return usage_error("--dir and --config are mutually exclusive");
+        return usage_error("--data-dir and --config are mutually exclusive");
 
     ca_paths paths;
     if (config_file) {
@@ -106,10 +109,15 @@ int cmd_ca(int argc, char** argv) {
     std::error_code ec;
     if (sub == "path") {
         if (!fs::exists(paths.cert, ec)) {
+            // Exit 2 (input error): the data dir holds no CA yet. `sluice run` creates one
+            // on first start in the same place, so either command fixes it.
+            std::string where = dir           ? " --data-dir " + absolute_or_same(*dir).string()
+                                : config_file ? " --config " + config_file->string()
+                                              : std::string();
             std::cerr << "sluice ca: no CA certificate at " << paths.cert.string()
-                      << "; create one with `sluice ca init"
-                      << (dir ? " --dir " + dir->string() : std::string()) << "`\n";
-            return 3;
+                      << " yet; create one with `sluice ca init" << where
+                      << "` (or start `sluice run" << where << "` once)\n";
+            return 2;
         }
         std::cout << paths.cert.string() << "\n";
         return 0;

@@ -26,6 +26,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -62,6 +63,8 @@ std::optional<run_args> parse_run_args(int argc, char** argv) {
             a.config = *v;
         } else if (auto d = value("--data-dir")) {
             a.data_dir = *d;
+        } else if (auto alias = value("--dir")) { // as `sluice ca`
+            a.data_dir = *alias;
         } else {
             std::cerr << "sluice run: unknown argument '" << arg
                       << "'\nusage: sluice run [--config FILE] [--data-dir DIR]\n";
@@ -199,19 +202,60 @@ boost::json::object reload_json(const reloader::result& r) {
     return o;
 }
 
-void print_banner(const std::vector<std::string>& addresses, const std::filesystem::path& ca) {
-    std::string proxy = "http://" + (addresses.empty() ? std::string("?") : addresses.front());
-    std::string c = ca.string();
+// The host part of a "host:port" setting, brackets removed; empty for a wildcard
+// address (0.0.0.0, ::), which no client dials.
+std::string host_of(std::string_view address) {
+    std::string_view h = address;
+    if (h.starts_with('[')) {
+        h = h.substr(1, h.find(']') == std::string_view::npos ? h.npos : h.find(']') - 1);
+    } else if (auto colon = h.rfind(':'); colon != std::string_view::npos && h.find(':') == colon) {
+        h = h.substr(0, colon);
+    }
+    if (h == "0.0.0.0" || h == "::" || h.empty())
+        return {};
+    return std::string(h);
+}
+
+// NO_PROXY: loopback, and the admin and metrics hosts. Sent through sluice they would be
+// refused as private destinations (403 private_destination), so the agent's own local
+// services and `curl http://127.0.0.1:9901/healthz` must go direct.
+std::string no_proxy_list(const config::settings& s) {
+    std::vector<std::string> hosts{"localhost", "127.0.0.1", "::1"};
+    for (const auto& address : {s.admin_address, s.metrics_address}) {
+        auto h = host_of(address);
+        if (!h.empty() && std::find(hosts.begin(), hosts.end(), h) == hosts.end())
+            hosts.push_back(h);
+    }
+    std::string out;
+    for (const auto& h : hosts)
+        out += (out.empty() ? "" : ",") + h;
+    return out;
+}
+
+// The start-up banner: where sluice listens, its CA, and the lines that point an agent's
+// shell at it (every client the README's client guide covers; deploy/README.md).
+void print_banner(const std::vector<std::string>& urls, const config::settings& s) {
+    std::string proxy = urls.empty() ? std::string("http://?") : urls.front();
+    std::string c = s.ca_cert.string();
+    std::string np = no_proxy_list(s);
     std::printf("sluice %s listening on %s\n", SLUICE_VERSION, proxy.c_str());
-    for (std::size_t i = 1; i < addresses.size(); ++i)
-        std::printf("also listening on http://%s\n", addresses[i].c_str());
+    for (std::size_t i = 1; i < urls.size(); ++i)
+        std::printf("also listening on %s\n", urls[i].c_str());
     std::printf("CA certificate: %s\n\n", c.c_str());
     std::printf("Point your agent at sluice (paste into its shell):\n");
     std::printf("export HTTPS_PROXY=%s HTTP_PROXY=%s https_proxy=%s http_proxy=%s\n", proxy.c_str(),
                 proxy.c_str(), proxy.c_str(), proxy.c_str());
-    std::printf("export SSL_CERT_FILE=%s CURL_CA_BUNDLE=%s REQUESTS_CA_BUNDLE=%s\n", c.c_str(),
+    std::printf("# loopback and sluice's admin/metrics addresses go direct: through sluice they "
+                "are private destinations (403)\n");
+    std::printf("export NO_PROXY=%s no_proxy=%s\n", np.c_str(), np.c_str());
+    std::printf("export SSL_CERT_FILE=%s CURL_CA_BUNDLE=%s REQUESTS_CA_BUNDLE=%s PIP_CERT=%s\n",
+                c.c_str(), c.c_str(), c.c_str(), c.c_str());
+    std::printf("export NODE_EXTRA_CA_CERTS=%s NPM_CONFIG_CAFILE=%s NODE_USE_ENV_PROXY=1\n",
                 c.c_str(), c.c_str());
-    std::printf("export NODE_EXTRA_CA_CERTS=%s GIT_SSL_CAINFO=%s\n\n", c.c_str(), c.c_str());
+    std::printf("export GIT_SSL_CAINFO=%s\n", c.c_str());
+    std::printf(
+        "# Node 20's fetch ignores HTTPS_PROXY: setGlobalDispatcher(new EnvHttpProxyAgent()) "
+        "from undici (Node >= 24 reads NODE_USE_ENV_PROXY)\n\n");
     std::fflush(stdout);
 }
 
@@ -372,7 +416,7 @@ int cmd_run(int argc, char** argv) {
     proxy::register_control_routes(**admin, control);
     (*admin)->start();
 
-    print_banner(server.listening_addresses(), settings->ca_cert);
+    print_banner(server.listening_urls(), *settings);
     spdlog::info("admin API on http://{} (token in {}), metrics on http://{}/metrics",
                  (*admin)->address(), settings->admin_token_file.string(),
                  settings->metrics_address);

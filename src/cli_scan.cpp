@@ -21,6 +21,7 @@
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,9 +34,9 @@ namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
 
 constexpr std::string_view scan_usage =
-    "usage: sluice scan [--no-variants] [--format jsonl|text] [--stats] [--rule-cost[=N]]\n"
-    "                   [--rules FILE]... "
-    "[PATH...|-]\n"
+    "usage: sluice scan [--no-variants] [--format jsonl|text] [--stats]\n"
+    "                   [--rule-cost [N]] [--rule-cost-scope all|rules] [--rules FILE]...\n"
+    "                   [PATH...|-]\n"
     "  Scans files (directories recursively) or stdin ('-' or no PATH) with the built-in\n"
     "  detectors plus any --rules files. One JSON object per finding on stdout:\n"
     "  path, rule, category, variant, offset, length, fingerprint, confidence (never the\n"
@@ -48,10 +49,17 @@ constexpr std::string_view scan_usage =
     "  --stats        print bytes scanned, scan seconds, MB/s (scanning only), rule compile\n"
     "                 time, file read time and findings per rule to stderr\n"
     "  --no-variants  scan the raw bytes only\n"
-    "  --rule-cost[=N] after the scan, rank the N (default 10) most expensive rules: the\n"
+    "  --rule-cost [N] after the scan, rank the N (default 10) most expensive rules: the\n"
     "                 input is scanned again with a database compiled without each rule\n"
     "                 in turn; a rule's cost is the scan time it adds (best of 3 timings\n"
-    "                 each; the noise line gives the spread of the full database's timings)\n"
+    "                 each; the noise line gives the spread of the full database's timings).\n"
+    "                 N is a positive whole number (--rule-cost 5 or --rule-cost=5; a file\n"
+    "                 named 5 is ./5). Progress goes to stderr every 2 s.\n"
+    "  --rule-cost-scope all|rules\n"
+    "                 rank every rule (all, the default) or only those of the --rules files\n"
+    "                 (rules: one database per rule of yours, still timed against the full\n"
+    "                 database)\n"
+    "  --rules FILE   add the rules of FILE (detectors/rules/*.yml schema); repeatable\n"
     "  A file whose decoded variants exceed 16x its size plus 1 MiB is reported as\n"
     "  'decode budget exceeded' (exit 2) after the findings made so far.\n";
 
@@ -73,7 +81,8 @@ void print_diagnostics(const config::diagnostics& diags) {
 // Rules tagged with the file they came from, so `rules check` can name it.
 struct sourced_rules {
     std::vector<detectors::rule> rules;
-    std::vector<std::string> files; // parallel to rules
+    std::vector<std::string> files;        // parallel to rules
+    std::vector<config::rule_source> user; // --rules files: where each pattern is
 };
 
 bool load_builtin(sourced_rules& out) {
@@ -95,7 +104,7 @@ bool load_builtin(sourced_rules& out) {
 }
 
 bool load_file(const std::string& file, sourced_rules& out) {
-    auto rules = config::load_rules_file(file);
+    auto rules = config::load_rules_file(file, &out.user);
     if (!rules) {
         print_diagnostics(rules.error());
         return false;
@@ -107,11 +116,14 @@ bool load_file(const std::string& file, sourced_rules& out) {
     return true;
 }
 
-std::shared_ptr<const detectors::ruleset> compile(std::vector<detectors::rule> rules) {
+// Compile errors of a --rules file's rule (a regex Hyperscan or RE2 refuses) are printed
+// at FILE:LINE:COL of its pattern.
+std::shared_ptr<const detectors::ruleset> compile(std::vector<detectors::rule> rules,
+                                                  const std::vector<config::rule_source>& user) {
     auto rs = detectors::ruleset::compile(std::move(rules));
     if (!rs) {
-        for (const auto& e : rs.error())
-            std::cerr << "sluice: " << e << '\n';
+        for (const auto& d : config::place_rule_errors(rs.error(), user, {"sluice", 0, 0, ""}))
+            std::cerr << (d.line > 0 ? d.str() : "sluice: " + d.message) << '\n';
         return nullptr;
     }
     return *rs;
@@ -173,18 +185,50 @@ timed_scan time_rules(std::vector<detectors::rule> rules, const std::vector<std:
     return t;
 }
 
+// A positive whole number of at most 6 digits, or nothing ("-1", "5x", "" are refused).
+std::optional<std::size_t> parse_count(std::string_view s) {
+    if (s.empty() || s.size() > 6)
+        return std::nullopt;
+    std::size_t v = 0;
+    for (char c : s) {
+        if (c < '0' || c > '9')
+            return std::nullopt;
+        v = v * 10 + static_cast<std::size_t>(c - '0');
+    }
+    if (v == 0)
+        return std::nullopt;
+    return v;
+}
+
 // Leave-one-out cost: what removing each rule saves. A rule's cost in the full database
 // is not the cost of that rule alone (Hyperscan shares literal matching between rules),
 // so the database is compiled without each rule and the same input scanned; the
 // difference is the time the rule adds, confirmations and validators included.
+// `candidates` are the indexes into `rules` to rank (every rule, or those of --rules files).
 void print_rule_cost(const std::vector<detectors::rule>& rules,
+                     const std::vector<std::size_t>& candidates,
                      const std::vector<std::string>& inputs, const dlp::variant_options& vopts,
                      std::size_t top) {
     constexpr int reps = 3;
     const auto t0 = clock_type::now();
+    std::fprintf(stderr,
+                 "rule cost: compiling and timing %zu databases (one without each of %zu "
+                 "rules, plus the full one)\n",
+                 candidates.size() + 1, candidates.size());
     const timed_scan all = time_rules(rules, inputs, vopts, reps);
     std::vector<std::pair<double, std::size_t>> cost;
-    for (std::size_t i = 0; i < rules.size(); ++i) {
+    auto last_progress = clock_type::now();
+    for (std::size_t done = 0; done < candidates.size(); ++done) {
+        const std::size_t i = candidates[done];
+        if (clock_type::now() - last_progress >= std::chrono::seconds(2)) {
+            last_progress = clock_type::now();
+            const double spent = std::chrono::duration<double>(last_progress - t0).count();
+            std::fprintf(stderr, "rule cost: %zu/%zu rules, %.0f s, about %.0f s left\n", done,
+                         candidates.size(), spent,
+                         done > 0 ? spent / static_cast<double>(done) *
+                                        static_cast<double>(candidates.size() - done)
+                                  : 0.0);
+        }
         std::vector<detectors::rule> without;
         without.reserve(rules.size() - 1);
         for (std::size_t k = 0; k < rules.size(); ++k)
@@ -198,7 +242,7 @@ void print_rule_cost(const std::vector<detectors::rule>& rules,
     std::fprintf(stderr,
                  "rule cost (leave-one-out, best of %d): full database %.3f ms per pass, noise "
                  "%.3f ms (spread of its timings); %zu databases compiled in %.1f s\n",
-                 reps, all.best_s * 1e3, (all.worst_s - all.best_s) * 1e3, rules.size() + 1,
+                 reps, all.best_s * 1e3, (all.worst_s - all.best_s) * 1e3, candidates.size() + 1,
                  std::chrono::duration<double>(clock_type::now() - t0).count());
     for (std::size_t i = 0; i < std::min(top, cost.size()); ++i) {
         const auto& r = rules[cost[i].second];
@@ -214,7 +258,8 @@ int cmd_scan(int argc, char** argv) {
     bool stats = false;
     bool text = false;
     bool variants = true;
-    std::size_t rule_cost = 0; // top N rules to rank; 0 = off
+    std::size_t rule_cost = 0;      // top N rules to rank; 0 = off
+    bool cost_of_own_rules = false; // --rule-cost-scope rules
     std::vector<std::string> rule_files;
     std::vector<std::string> paths;
     for (int i = 1; i < argc; ++i) {
@@ -228,17 +273,36 @@ int cmd_scan(int argc, char** argv) {
             stats = true;
         } else if (a == "--rule-cost" || a.starts_with("--rule-cost=")) {
             rule_cost = 10;
-            if (a.size() > 12) {
-                const std::string n(a.substr(12));
-                char* end = nullptr;
-                const unsigned long v = std::strtoul(n.c_str(), &end, 10);
-                if (n.empty() || *end != '\0' || v == 0) {
-                    std::cerr << "sluice scan: --rule-cost=N needs a positive number\n"
+            if (a.starts_with("--rule-cost=")) {
+                auto n = parse_count(a.substr(12));
+                if (!n) {
+                    std::cerr << "sluice scan: --rule-cost=N needs a positive whole number, not '"
+                              << a.substr(12) << "'\n"
                               << scan_usage;
                     return 2;
                 }
-                rule_cost = v;
+                rule_cost = *n;
+            } else if (i + 1 < argc) {
+                // `--rule-cost 5`: a following number is N, not a path to scan.
+                const std::string_view next = argv[i + 1];
+                if (auto n = parse_count(next)) {
+                    rule_cost = *n;
+                    ++i;
+                } else if (next.starts_with('-') && next.size() > 1 &&
+                           next.find_first_not_of("-0123456789") == std::string_view::npos) {
+                    std::cerr << "sluice scan: --rule-cost N needs a positive whole number, not '"
+                              << next << "'\n"
+                              << scan_usage;
+                    return 2;
+                }
             }
+        } else if (a == "--rule-cost-scope" && i + 1 < argc) {
+            const std::string_view v = argv[++i];
+            if (v != "all" && v != "rules") {
+                std::cerr << "sluice scan: --rule-cost-scope must be all or rules\n" << scan_usage;
+                return 2;
+            }
+            cost_of_own_rules = v == "rules";
         } else if (a == "--format" && i + 1 < argc) {
             const std::string_view f = argv[++i];
             if (f != "jsonl" && f != "text") {
@@ -266,10 +330,19 @@ int cmd_scan(int argc, char** argv) {
         return 2;
     // --rule-cost recompiles without each rule, so it keeps the rules and the inputs.
     std::vector<detectors::rule> kept_rules;
-    if (rule_cost > 0)
+    std::vector<std::size_t> cost_candidates;
+    if (rule_cost > 0) {
         kept_rules = loaded.rules;
+        for (std::size_t k = 0; k < loaded.rules.size(); ++k)
+            if (!cost_of_own_rules || !loaded.files[k].starts_with("detectors/rules/"))
+                cost_candidates.push_back(k);
+        if (cost_candidates.empty()) {
+            std::cerr << "sluice scan: --rule-cost-scope rules needs --rules FILE with rules\n";
+            return 2;
+        }
+    }
     std::vector<std::string> kept_inputs;
-    auto rs = compile(std::move(loaded.rules));
+    auto rs = compile(std::move(loaded.rules), loaded.user);
     if (!rs)
         return 2;
     detectors::scanner scanner(rs);
@@ -375,7 +448,7 @@ int cmd_scan(int argc, char** argv) {
             std::fprintf(stderr, "  %s: %zu\n", rule.c_str(), n);
     }
     if (rule_cost > 0)
-        print_rule_cost(kept_rules, kept_inputs, vopts, rule_cost);
+        print_rule_cost(kept_rules, cost_candidates, kept_inputs, vopts, rule_cost);
     if (status != 0)
         return status;
     return total_findings > 0 ? 1 : 0;
@@ -434,7 +507,7 @@ int cmd_rules(int argc, char** argv) {
                 all.push_back(r);
         }
     }
-    auto rs = compile(std::move(all));
+    auto rs = compile(std::move(all), checked.user);
     if (!rs)
         return 2;
     detectors::scanner scanner(rs);

@@ -15,18 +15,27 @@ namespace {
 constexpr const char* usage = R"(usage: sluice <command> [options]
 
 commands:
-  run [--config FILE] [--data-dir DIR]   run the proxy (embedded default without --config)
+  run [--config FILE] [--data-dir DIR]   run the proxy (embedded default without --config);
+                                         prints the export lines for the agent's shell
   check-config FILE                      validate a configuration; every problem as FILE:LINE:COL
-  scan [--format jsonl|text] [--stats] [PATH...|-]
-                                         scan files or stdin with the detector core
-  rules list | rules check [FILE]        list detectors / check every rule's examples
-  ca init [--dir DIR] | ca path          create the local CA / print its certificate path
+  scan [--format jsonl|text] [--stats] [--no-variants] [--rules FILE]...
+       [--rule-cost [N]] [--rule-cost-scope all|rules] [PATH...|-]
+                                         scan files or stdin with the detector core;
+                                         --rules adds your rule files, --rule-cost ranks
+                                         the N slowest rules (`sluice scan --help`)
+  rules list [--rules FILE] | rules check [FILE]
+                                         list detectors / check every rule's examples
+  ca init | ca path [--data-dir DIR]     create the local CA / print its certificate path
   audit verify [--partial] FILE...       verify the audit hash chain across (rotated) files
   approvals list | approve ID | deny ID  held requests: list, approve, deny (admin API)
   flows                                  live flows per identity and the kill switch state
   kill IDENTITY|--all | revive IDENTITY|--all
                                          kill switch: cut an identity off / lift it
   version                                versions of sluice, Hyperscan, OpenSSL, Boost
+
+admin commands (approvals, flows, kill, revive) take --admin URL and find the token
+with --token-file FILE, $SLUICE_ADMIN_TOKEN or --data-dir DIR (`sluice flows --help`).
+DIR is the data dir: $XDG_DATA_HOME/sluice or ~/.local/share/sluice unless --data-dir.
 
 exit codes: 0 success, 1 found something, 2 usage or input error, 3 runtime failure
 )";

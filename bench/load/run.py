@@ -70,6 +70,30 @@ def status_kib(pid, key):
     return 0
 
 
+# Load generators started with Popen (the idle scenarios), stopped by main()'s cleanup
+# if a scenario is interrupted (SIGTERM, Ctrl-C) while they run.
+CHILDREN = []
+
+
+def spawn(cmd):
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    CHILDREN.append(p)
+    return p
+
+
+def stop_children(procs=CHILDREN):
+    """Terminates `procs` (default: every spawned child) and waits for them (bounded)."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 class origin:
     def __init__(self, binary, ca, ca_key, threads):
         self.proc = subprocess.Popen([binary, "--ca-cert", ca, "--ca-key", ca_key, "--threads",
@@ -324,7 +348,7 @@ def scenario_idle(args, ctx):
                    str(args.duration),
                    "--threads", str(args.loadgen_threads), "--body-size",
                    str(args.body_size)]
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            p = spawn(cmd)
             ready, lines = False, []
             for raw in p.stdout:
                 line = raw.decode(errors="replace").rstrip()
@@ -375,7 +399,7 @@ def idle_batched(args, s, o, n, before):
                    "idle", "--connections", str(b), "--hold", str(hold), "--duration",
                    str(args.duration), "--threads", str(args.loadgen_threads), "--body-size",
                    str(args.body_size)]
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            p = spawn(cmd)
             procs.append(p)
             ok = False
             for raw in p.stdout:
@@ -396,15 +420,7 @@ def idle_batched(args, s, o, n, before):
         rss = s.rss_kib()
         hwm = s.hwm_kib()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_children(procs)
     all_ready = ready == n
     per = (rss - before) / n if all_ready else None
     print("idle: %d intercepted keep-alive connections (batches of %d): %s" % (
@@ -514,6 +530,21 @@ def main():
         ap.error("--scenarios: unknown %s (known: %s)" % (", ".join(unknown), ", ".join(SCENARIOS)))
     if args.sluice and not os.access(args.sluice, os.X_OK):
         ap.error("--sluice: %s is not an executable file" % args.sluice)
+    if args.json_out:
+        # Checked now, not after a run of many minutes.
+        folder = os.path.dirname(os.path.abspath(args.json_out))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            ap.error("--json-out: folder %s does not exist or is not writable" % folder)
+        if os.path.isdir(args.json_out):
+            ap.error("--json-out: %s is a folder; give a file name" % args.json_out)
+
+    # SIGTERM (a CI timeout, `kill`) and SIGHUP end the run like Ctrl-C: the finally
+    # below stops sluice, the origin and the load generators and removes the scratch folder.
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt("signal %d" % signum)
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGHUP, interrupted)
 
     # Each idle connection holds a client socket in sluice and one in the load generator;
     # sluice pools upstream connections (at most 256 per io thread, 32 per origin), so the
@@ -535,9 +566,7 @@ def main():
         args.idle_counts = [n for n in args.idle_counts if n + 2048 <= limit]
 
     tmp = tempfile.mkdtemp(prefix="sluice-bench-")
-    bench_ca, bench_key = make_ca(tmp)
-    o = origin(tool(args, "sluice_bench_origin"), bench_ca, bench_key,
-               args.origin_threads)
+    o = None
     running = []
 
     def start_sluice(name, max_body=None, large_bodies=None):
@@ -546,17 +575,23 @@ def main():
         running.append(s)
         return s
 
-    ctx = {"origin": o, "start_sluice": start_sluice, "bench_ca": bench_ca}
     figures = {"nproc": os.cpu_count(), "audit_fsync": args.audit_fsync,
                "command": " ".join(sys.argv)}
     failed = False
     try:
+        bench_ca, bench_key = make_ca(tmp)
+        o = origin(tool(args, "sluice_bench_origin"), bench_ca, bench_key,
+                   args.origin_threads)
+        ctx = {"origin": o, "start_sluice": start_sluice, "bench_ca": bench_ca}
         for name in [x for x in args.scenarios.split(",") if x]:
             figures[name] = SCENARIOS[name](args, ctx)
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # cleanup runs to its end
+        stop_children()
         for s in running:
             s.stop()
-        o.stop()
+        if o is not None:
+            o.stop()
         if args.keep:
             print("scratch folder kept: " + tmp)
         else:

@@ -32,6 +32,7 @@ std::string str_cat(const Parts&... parts) {
 struct reader {
     std::string file;
     diagnostics diags;
+    std::vector<rule_source>* sources = nullptr;
 
     void error(const YAML::Mark& m, std::string message) {
         // yaml-cpp marks are 0-based; -1 means "no position" (e.g. an empty document).
@@ -71,6 +72,7 @@ struct reader {
             return;
         }
         detectors::rule r;
+        YAML::Mark pattern_mark = n.Mark();
         bool has_id = false, has_pattern = false, has_name = false, has_category = false;
         for (const auto& kv : n) {
             const std::string key = kv.first.as<std::string>();
@@ -83,6 +85,7 @@ struct reader {
                 has_category = string_field(v, key, r.category);
             } else if (key == "pattern") {
                 has_pattern = string_field(v, key, r.pattern);
+                pattern_mark = v.Mark();
             } else if (key == "validator") {
                 if (!v.IsNull())
                     string_field(v, key, r.validator);
@@ -129,13 +132,20 @@ struct reader {
                                     it->second.line + 1, ")"));
             return;
         }
+        if (sources)
+            sources->push_back(
+                rule_source{r.id, diagnostic{file,
+                                             pattern_mark.line >= 0 ? pattern_mark.line + 1 : 1,
+                                             pattern_mark.column >= 0 ? pattern_mark.column + 1 : 1,
+                                             {}}});
         out.push_back(std::move(r));
     }
 };
 
-std::expected<std::vector<detectors::rule>, diagnostics> parse(std::string_view yaml,
-                                                               std::string_view name) {
-    reader rd{std::string(name), {}};
+std::expected<std::vector<detectors::rule>, diagnostics>
+parse(std::string_view yaml, std::string_view name, std::vector<rule_source>* sources) {
+    std::vector<rule_source> found;
+    reader rd{std::string(name), {}, &found};
     std::vector<detectors::rule> rules;
     try {
         const YAML::Node root = YAML::Load(std::string(yaml));
@@ -169,22 +179,43 @@ std::expected<std::vector<detectors::rule>, diagnostics> parse(std::string_view 
     }
     if (!rd.diags.empty())
         return std::unexpected(std::move(rd.diags));
+    if (sources)
+        sources->insert(sources->end(), found.begin(), found.end());
     return rules;
 }
 
 } // namespace
 
-std::expected<std::vector<detectors::rule>, diagnostics> load_rules_string(std::string_view yaml,
-                                                                           std::string_view name) {
+std::expected<std::vector<detectors::rule>, diagnostics>
+load_rules_string(std::string_view yaml, std::string_view name, std::vector<rule_source>* sources) {
     try {
-        return parse(yaml, name);
+        return parse(yaml, name, sources);
     } catch (const std::exception& e) {
         return std::unexpected(diagnostics{diagnostic{std::string(name), 1, 1, e.what()}});
     }
 }
 
+diagnostics place_rule_errors(const std::vector<std::string>& errors,
+                              const std::vector<rule_source>& sources, const diagnostic& fallback) {
+    diagnostics out;
+    for (const auto& e : errors) {
+        diagnostic d = fallback;
+        d.message = fallback.message.empty() ? e : fallback.message + e;
+        for (const auto& s : sources) {
+            const std::string prefix = str_cat("rule ", s.id, ": ");
+            if (std::string_view(e).starts_with(prefix)) {
+                d = s.pattern_at;
+                d.message = e;
+                break;
+            }
+        }
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
 std::expected<std::vector<detectors::rule>, diagnostics>
-load_rules_file(const std::filesystem::path& file) {
+load_rules_file(const std::filesystem::path& file, std::vector<rule_source>* sources) {
     std::ifstream in(file, std::ios::binary);
     if (!in) {
         return std::unexpected(
@@ -192,7 +223,7 @@ load_rules_file(const std::filesystem::path& file) {
     }
     std::ostringstream text;
     text << in.rdbuf();
-    return load_rules_string(text.str(), file.string());
+    return load_rules_string(text.str(), file.string(), sources);
 }
 
 std::expected<std::vector<detectors::rule>, diagnostics> builtin_rules() {

@@ -1639,8 +1639,9 @@ private:
             return false; // already reported through builtin()
         }
         bool ok = true;
+        std::vector<rule_source> sources; // where each user rule's pattern is
         for (const auto& f : rule_files_) {
-            auto loaded = load_rules_file(f.path);
+            auto loaded = load_rules_file(f.path, &sources);
             if (!loaded) {
                 for (auto& d : loaded.error()) {
                     w_.diags().push_back(std::move(d));
@@ -1657,8 +1658,13 @@ private:
         }
         auto compiled = detectors::ruleset::compile(std::move(*all));
         if (!compiled) {
-            for (const auto& msg : compiled.error()) {
-                w_.error(rule_files_.front().mark, "rule_files: " + msg);
+            // A bad pattern in a user rule is reported at its FILE:LINE:COL; anything else
+            // at the rule_files entry.
+            const YAML::Mark& m = rule_files_.front().mark;
+            const diagnostic entry{w_.file(), m.line >= 0 ? m.line + 1 : 0,
+                                   m.line >= 0 ? m.column + 1 : 0, "rule_files: "};
+            for (auto& d : place_rule_errors(compiled.error(), sources, entry)) {
+                w_.diags().push_back(std::move(d));
             }
             return false;
         }

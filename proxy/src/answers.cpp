@@ -3,6 +3,8 @@
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>
 
+#include <cstdio>
+
 namespace sluice::proxy {
 
 namespace http = boost::beast::http;
@@ -32,9 +34,78 @@ std::string_view error_kind(unsigned status) noexcept {
     }
 }
 
+namespace {
+
+// "sluice: dlp_finding github-pat-classic, flow 1a2b3c4d-000001": what a person reads in a
+// reason phrase or a git message. At most three rule ids, then "+N".
+std::string why(std::string_view reason, std::string_view flow,
+                const std::vector<std::string>& rules) {
+    std::string out = "sluice: " + std::string(reason);
+    for (std::size_t i = 0; i < rules.size() && i < 3; ++i)
+        out += (i == 0 ? " " : ",") + rules[i];
+    if (rules.size() > 3)
+        out += ",+" + std::to_string(rules.size() - 3);
+    out += ", flow " + std::string(flow);
+    return out;
+}
+
+// A reason phrase is HTAB / SP / VCHAR / obs-text (RFC 9112 section 4); rule ids and
+// flow ids are, but anything else becomes '?'.
+std::string phrase_safe(std::string s) {
+    for (auto& c : s)
+        if (c != '\t' && (static_cast<unsigned char>(c) < 0x20 || c == 0x7f))
+            c = '?';
+    return s;
+}
+
+// git's pkt-line: four hex digits of length (including themselves), then the payload
+// (gitprotocol-common.txt "pkt-line Format").
+std::string pkt_line(std::string_view payload) {
+    char len[5];
+    std::snprintf(len, sizeof len, "%04zx", payload.size() + 4);
+    return std::string(len, 4) + std::string(payload);
+}
+
+enum class git_endpoint { none, info_refs, receive_pack, upload_pack };
+
+git_endpoint git_endpoint_of(std::string_view method, std::string_view url) {
+    if (auto scheme = url.find("://"); scheme != std::string_view::npos) {
+        url.remove_prefix(scheme + 3);
+        auto slash = url.find('/');
+        url.remove_prefix(slash == std::string_view::npos ? url.size() : slash);
+    }
+    auto q = url.find('?');
+    std::string_view path = url.substr(0, q);
+    std::string_view query = q == std::string_view::npos ? "" : url.substr(q + 1);
+    if (method == "GET" && path.ends_with("/info/refs") && query.starts_with("service="))
+        return git_endpoint::info_refs;
+    if (method == "POST" && path.ends_with("/git-receive-pack"))
+        return git_endpoint::receive_pack;
+    if (method == "POST" && path.ends_with("/git-upload-pack"))
+        return git_endpoint::upload_pack;
+    return git_endpoint::none;
+}
+
+} // namespace
+
+bool offers_ignore_hint(std::string_view rule) noexcept {
+    return rule == "http-bearer-token";
+}
+
+std::string ignore_snippet(const std::vector<ignore_hint>& hints) {
+    std::string out = "ignore:\n";
+    for (const auto& h : hints)
+        out += "  - {rule: " + h.rule + ", fingerprint: \"" + h.fingerprint + "\"}\n";
+    return out;
+}
+
 answer make_answer(unsigned status, std::string_view reason, std::string_view flow,
-                   const std::vector<std::string>& rules, bool keep_alive, unsigned http_version) {
+                   const std::vector<std::string>& rules, bool keep_alive, unsigned http_version,
+                   const std::vector<ignore_hint>& hints) {
     answer res{static_cast<http::status>(status), http_version};
+    if (http_version < 20)
+        res.reason(phrase_safe(std::string(http::obsolete_reason(res.result())) + " (" +
+                               why(reason, flow, rules) + ")"));
     res.set(http::field::server, "sluice");
     res.set("X-Sluice-Flow", flow);
     res.set(http::field::content_type, "application/json");
@@ -48,8 +119,52 @@ answer make_answer(unsigned status, std::string_view reason, std::string_view fl
                              {"reason", reason},
                              {"flow", flow},
                              {"rules", std::move(rule_ids)}};
+    if (!hints.empty()) {
+        boost::json::array entries;
+        for (const auto& h : hints)
+            entries.push_back({{"rule", h.rule}, {"fingerprint", h.fingerprint}});
+        body["ignore"] = std::move(entries);
+        body["hint"] = "if this is the agent's own credential for this host, allow it under "
+                       "policies[].dlp of its identity:\n" +
+                       ignore_snippet(hints);
+    }
     res.body() = boost::json::serialize(body) + "\n";
     res.keep_alive(keep_alive);
+    res.prepare_payload();
+    return res;
+}
+
+answer make_answer_for(std::string_view method, std::string_view url, unsigned status,
+                       std::string_view reason, std::string_view flow,
+                       const std::vector<std::string>& rules, bool keep_alive,
+                       const std::vector<ignore_hint>& hints) {
+    auto res = make_answer(status, reason, flow, rules, keep_alive, 11, hints);
+    auto git = git_endpoint_of(method, url);
+    if (git == git_endpoint::none)
+        return res;
+    std::string message = phrase_safe(why(reason, flow, rules)) + " (" + std::to_string(status) +
+                          " " + std::string(error_kind(status)) +
+                          "; the audit record has the details)\n";
+    switch (git) {
+    case git_endpoint::info_refs:
+        res.set(http::field::content_type, "text/plain; charset=utf-8");
+        res.body() = std::move(message);
+        break;
+    case git_endpoint::receive_pack:
+        res.result(http::status::ok);
+        res.reason("OK");
+        res.set(http::field::content_type, "application/x-git-receive-pack-result");
+        res.body() = pkt_line("\x03" + message);
+        break;
+    case git_endpoint::upload_pack:
+        res.result(http::status::ok);
+        res.reason("OK");
+        res.set(http::field::content_type, "application/x-git-upload-pack-result");
+        res.body() = pkt_line("ERR " + message);
+        break;
+    case git_endpoint::none:
+        break;
+    }
     res.prepare_payload();
     return res;
 }

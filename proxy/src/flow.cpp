@@ -1,6 +1,7 @@
 #include "flow.hpp"
 
 #include "answers.hpp"
+#include "client_tls.hpp"
 #include "ref_layer.hpp"
 #include "request_head.hpp"
 #include "tls_stream.hpp"
@@ -163,6 +164,10 @@ std::string scrubbed(const flow_context& fc, std::string_view text) {
     dlp::variant_options vo;
     vo.protect = fc.gen->protect;
     return dlp::redact_secrets(text, thread_scanner(fc.gen->settings->rules), vo);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
 // Fills in who and where, and counts the record's bytes and decision.
@@ -349,6 +354,28 @@ net::awaitable<void> send_answer(Stream& stream, answer res) {
     co_await http::async_write(stream, res, as_tuple);
 }
 
+// A 403 dlp_finding of a rule that is often the agent's own credential (an opaque bearer
+// token, answers.hpp): the exact dlp.ignore entries that would allow it, logged and put in
+// the answer, by fingerprint only.
+std::vector<ignore_hint> ignore_hints(const flow_context& fc, unsigned status,
+                                      const std::vector<dlp::finding_record>& findings) {
+    std::vector<ignore_hint> hints;
+    if (status != 403)
+        return hints;
+    for (const auto& f : findings)
+        if (offers_ignore_hint(f.rule) &&
+            std::none_of(hints.begin(), hints.end(),
+                         [&](const ignore_hint& h) { return h.fingerprint == f.fingerprint; }))
+            hints.push_back({f.rule, f.fingerprint});
+    for (const auto& h : hints) // one line each: the entry to paste, never the value
+        spdlog::warn("flow {}: denied {} for identity {}; if it is the agent's own credential "
+                     "for this host, allow it in that policy's dlp.ignore: - {{rule: {}, "
+                     "fingerprint: \"{}\"}}",
+                     fc.flow, h.rule, fc.identity.empty() ? "-" : fc.identity, h.rule,
+                     h.fingerprint);
+    return hints;
+}
+
 // Answers the client and writes the deny record. Returns false if the audit failed.
 // The record comes by reference: an argument object would live in every caller's
 // coroutine frame (one per co_await deny), also while an idle connection waits.
@@ -372,8 +399,10 @@ net::awaitable<bool> deny(Stream& stream, flow_context& fc, unsigned status,
         reason = "audit_unavailable";
         keep_alive = false;
     }
-    co_await send_answer(stream,
-                         make_answer(status, reason, fc.flow, rule_ids(findings), keep_alive));
+    // By method and URL: git's smart-HTTP requests get a body git prints (answers.hpp).
+    co_await send_answer(stream, make_answer_for(head_rec.method, head_rec.url, status, reason,
+                                                 fc.flow, rule_ids(findings), keep_alive,
+                                                 ignore_hints(fc, status, findings)));
     co_return ok;
 }
 
@@ -557,9 +586,12 @@ net::awaitable<connect_result> connect_upstream(upstream<beast::tcp_stream>& up,
     up.buffer.clear();
     beast::tcp_stream s(co_await net::this_coro::executor);
     s.expires_after(fc.gen->settings->connect_timeout);
+    const auto started = std::chrono::steady_clock::now();
     auto [ec, ep] = co_await s.async_connect(d.endpoints, as_tuple);
     if (ec)
         co_return connect_result::connect_failed;
+    if (fc.state->stats)
+        fc.state->stats->on_upstream_connect(seconds_since(started), -1);
     boost::system::error_code ignored;
     s.socket().set_option(tcp::no_delay(true), ignored);
     up.stream.emplace(std::move(s));
@@ -573,9 +605,12 @@ net::awaitable<connect_result> connect_upstream(upstream<upstream_tls>& up, cons
     up.buffer.clear();
     beast::tcp_stream s(co_await net::this_coro::executor);
     s.expires_after(fc.gen->settings->connect_timeout);
+    const auto started = std::chrono::steady_clock::now();
     auto [ec, ep] = co_await s.async_connect(d.endpoints, as_tuple);
     if (ec)
         co_return connect_result::connect_failed;
+    const double connect_s = seconds_since(started);
+    const auto tls_started = std::chrono::steady_clock::now();
     boost::system::error_code ignored;
     s.socket().set_option(tcp::no_delay(true), ignored);
     upstream_tls tls(std::move(s), *fc.gen->upstream_tls);
@@ -588,6 +623,8 @@ net::awaitable<connect_result> connect_upstream(upstream<upstream_tls>& up, cons
                      hec.message());
         co_return connect_result::tls_failed;
     }
+    if (fc.state->stats)
+        fc.state->stats->on_upstream_connect(connect_s, seconds_since(tls_started));
     up.stream.emplace(std::move(tls));
     up.key = d.host + ":" + std::to_string(d.port);
     co_return connect_result::ok;
@@ -1569,6 +1606,29 @@ net::awaitable<bool> admit_connect(ClientStream& client, beast::flat_buffer& cbu
     co_return co_await answer_connect(client, fc);
 }
 
+// A client's TLS handshake with sluice failed: inside a CONNECT to `d` (sluice's leaf
+// certificate, from its CA) or, with `d` null, on an HTTPS proxy listener. Logged, counted
+// (sluice_client_tls_errors_total{reason}) and audited (decision deny, reason client_tls):
+// an agent that does not trust the CA is visible to the operator, and a CONNECT whose
+// client refused the leaf gets a hint naming the CA file, once per source address.
+net::awaitable<void> record_client_tls(flow_context& fc, boost::system::error_code ec,
+                                       const destination* d) {
+    auto reason = client_tls_reason(ec);
+    spdlog::info("flow {}: {} TLS handshake failed (source client): {} ({})", fc.flow,
+                 d ? "client" : "proxy listener", ec.message(), reason);
+    if (fc.state->stats)
+        fc.state->stats->on_client_tls_error(reason);
+    if (d && client_distrusts_certificate(reason))
+        hint_client_tls(fc.flow, fc.source, reason, fc.gen->settings->ca_cert);
+    audit_record rec;
+    rec.method = d ? "CONNECT" : "";
+    rec.url = d ? host_port(*d, 0) : "";
+    rec.decision = "deny";
+    rec.reason = "client_tls";
+    if (co_await settle_audit(fc)) // in order after the connection's last exchange
+        audit(fc, std::move(rec));
+}
+
 template <class ClientStream>
 net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cbuf,
                                     http::request_parser<http::empty_body>& hp, flow_context& fc) {
@@ -1585,8 +1645,7 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
     auto [hec, used] =
         co_await tls.async_handshake(ssl::stream_base::server, cbuf.data(), as_tuple);
     if (hec) {
-        spdlog::info("flow {}: client TLS handshake failed (source client): {}", fc.flow,
-                     hec.message());
+        co_await record_client_tls(fc, hec, &d);
         co_return;
     }
     cbuf.consume(used);
@@ -1837,8 +1896,7 @@ net::awaitable<void> serve_client(tcp::socket socket, std::shared_ptr<shared_sta
         tls.next_layer().expires_after(tls_handshake_timeout);
         auto [hec] = co_await tls.async_handshake(ssl::stream_base::server, as_tuple);
         if (hec) {
-            spdlog::info("flow {}: proxy listener TLS handshake failed (source client): {}",
-                         fc.flow, hec.message());
+            co_await record_client_tls(fc, hec, nullptr);
             co_return;
         }
         evidence.certificate = peer_certificate(tls.native_handle());

@@ -67,6 +67,13 @@ struct metrics::impl {
     prometheus::Family<prometheus::Counter>* upstream_errors = nullptr;
     prometheus::Family<prometheus::Counter>* reloads = nullptr;
     prometheus::Family<prometheus::Counter>* ws_messages = nullptr;
+    prometheus::Family<prometheus::Histogram>* request_duration = nullptr;
+    prometheus::Histogram::BucketBoundaries request_buckets;
+    prometheus::Counter* bytes_up = nullptr;
+    prometheus::Counter* bytes_down = nullptr;
+    prometheus::Histogram* upstream_connect = nullptr;
+    prometheus::Histogram* upstream_tls = nullptr;
+    prometheus::Family<prometheus::Counter>* client_tls_errors = nullptr;
 };
 
 metrics::metrics()
@@ -106,6 +113,39 @@ metrics::metrics()
                               .Name("sluice_ws_messages_total")
                               .Help("WebSocket messages by direction and decision.")
                               .Register(r);
+    // An exchange: 1 ms (the record's resolution) .. 2 min (a long download or a held
+    // approval); the common Grafana latency buckets.
+    impl_->request_buckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                              0.5,   1,      2.5,   5,    10,    30,   60,  120};
+    impl_->request_duration = &prometheus::BuildHistogram()
+                                   .Name("sluice_request_duration_seconds")
+                                   .Help("Duration of audited exchanges by identity and decision.")
+                                   .Register(r);
+    auto& bytes = prometheus::BuildCounter()
+                      .Name("sluice_bytes_total")
+                      .Help("Body bytes of audited exchanges: up = sent upstream, down = relayed "
+                            "to the client.")
+                      .Register(r);
+    impl_->bytes_up = &bytes.Add({{"direction", "up"}});
+    impl_->bytes_down = &bytes.Add({{"direction", "down"}});
+    // Connects and handshakes: 100 us .. ~6.5 s, doubling.
+    prometheus::Histogram::BucketBoundaries cb;
+    for (double v = 1e-4; v < 7; v *= 2)
+        cb.push_back(v);
+    impl_->upstream_connect = &prometheus::BuildHistogram()
+                                   .Name("sluice_upstream_connect_seconds")
+                                   .Help("TCP connect time of new upstream connections.")
+                                   .Register(r)
+                                   .Add({}, cb);
+    impl_->upstream_tls = &prometheus::BuildHistogram()
+                               .Name("sluice_upstream_tls_seconds")
+                               .Help("TLS handshake time of new upstream connections.")
+                               .Register(r)
+                               .Add({}, cb);
+    impl_->client_tls_errors = &prometheus::BuildCounter()
+                                    .Name("sluice_client_tls_errors_total")
+                                    .Help("Failed client TLS handshakes with sluice by reason.")
+                                    .Register(r);
     // Both results exist from the start so a dashboard sees 0 rather than no series.
     impl_->reloads->Add({{"result", "ok"}});
     impl_->reloads->Add({{"result", "error"}});
@@ -145,6 +185,27 @@ void metrics::on_ws_message(std::string_view direction, std::string_view decisio
         .Increment();
 }
 
+void metrics::on_exchange(std::string_view identity, std::string_view decision, double seconds,
+                          std::uint64_t bytes_up, std::uint64_t bytes_down) {
+    impl_->request_duration
+        ->Add({{"identity", identity.empty() ? std::string("unresolved") : std::string(identity)},
+               {"decision", std::string(decision)}},
+              impl_->request_buckets)
+        .Observe(seconds);
+    impl_->bytes_up->Increment(static_cast<double>(bytes_up));
+    impl_->bytes_down->Increment(static_cast<double>(bytes_down));
+}
+
+void metrics::on_upstream_connect(double connect_seconds, double tls_seconds) {
+    impl_->upstream_connect->Observe(connect_seconds);
+    if (tls_seconds >= 0)
+        impl_->upstream_tls->Observe(tls_seconds);
+}
+
+void metrics::on_client_tls_error(std::string_view reason) {
+    impl_->client_tls_errors->Add({{"reason", std::string(reason)}}).Increment();
+}
+
 void metrics::set_connections_source(std::function<std::int64_t()> f) {
     std::lock_guard lock(impl_->live->mutex);
     impl_->live->connections = std::move(f);
@@ -164,6 +225,8 @@ std::string metrics::text() const {
 
 void count_decision(metrics& m, const audit_record& r) {
     m.on_decision(r.identity, r.decision);
+    m.on_exchange(r.identity, r.decision, static_cast<double>(r.duration_ms) / 1000.0, r.bytes_up,
+                  r.bytes_down);
     for (const auto& f : r.findings)
         m.on_finding(f.rule, f.variant);
 }

@@ -281,16 +281,36 @@ bool server::ready() const {
     return !impl_->stopping.load() && impl_->state->audit->healthy();
 }
 
+namespace {
+
+// "address:port" of a bound acceptor, IPv6 in brackets; empty if it is not bound.
+std::string bound_address(const tcp::acceptor& a) {
+    boost::system::error_code ec;
+    auto ep = a.local_endpoint(ec);
+    if (ec)
+        return {};
+    return ep.address().is_v6() ? "[" + ep.address().to_string() + "]:" + std::to_string(ep.port())
+                                : ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+} // namespace
+
 std::vector<std::string> server::listening_addresses() const {
     std::vector<std::string> out;
-    for (const auto& a : impl_->acceptors) {
-        boost::system::error_code ec;
-        auto ep = a->local_endpoint(ec);
-        if (ec)
+    for (const auto& a : impl_->acceptors)
+        if (auto addr = bound_address(*a); !addr.empty())
+            out.push_back(std::move(addr));
+    return out;
+}
+
+std::vector<std::string> server::listening_urls() const {
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < impl_->acceptors.size(); ++i) {
+        auto addr = bound_address(*impl_->acceptors[i]);
+        if (addr.empty())
             continue;
-        out.push_back(ep.address().is_v6()
-                          ? "[" + ep.address().to_string() + "]:" + std::to_string(ep.port())
-                          : ep.address().to_string() + ":" + std::to_string(ep.port()));
+        bool tls = i < impl_->listener_contexts.size() && impl_->listener_contexts[i].tls;
+        out.push_back((tls ? "https://" : "http://") + addr);
     }
     return out;
 }

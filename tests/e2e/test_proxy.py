@@ -1158,7 +1158,7 @@ class cli_ca_test(unittest.TestCase):
     def test_errors_have_the_contract_exit_codes(self):
         d = tempfile.mkdtemp(dir=S.tmp)
         code, _, err = self.sluice("ca", "path", "--dir", os.path.join(d, "missing"))
-        self.assertEqual(code, 3, err)
+        self.assertEqual(code, 2, err)  # issue 24: no CA yet is an input error
         self.assertIn("sluice ca init", err)
         self.assertEqual(self.sluice("ca", "init", "--bogus")[0], 2)
         self.assertEqual(self.sluice("ca", "frobnicate")[0], 2)

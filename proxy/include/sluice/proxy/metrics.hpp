@@ -13,6 +13,15 @@
 //   sluice_audit_errors_total                     counter, failed audit writes, read at scrape
 //   sluice_ws_messages_total{direction,decision}  counter, one per WebSocket message
 //                                                 (direction up | down, decision allow | deny)
+//   sluice_request_duration_seconds{identity,decision}
+//                                                 histogram, an audited exchange's duration
+//                                                 (the record's duration_ms), 1 ms .. 120 s
+//   sluice_bytes_total{direction}                 counter, body bytes of audited exchanges:
+//                                                 up = sent upstream, down = relayed back
+//   sluice_upstream_connect_seconds               histogram, TCP connect to an upstream
+//   sluice_upstream_tls_seconds                   histogram, TLS handshake with an upstream
+//   sluice_client_tls_errors_total{reason}        counter, failed client TLS handshakes with
+//                                                 sluice (client_tls.hpp lists the reasons)
 //
 // Thread safety: every member function may be called from any thread. Increments take the
 // family's mutex for the label lookup (a few hundred ns); no allocation for known labels.
@@ -52,6 +61,14 @@ public:
     void on_upstream_error(std::string_view reason);
     void on_config_reload(bool ok);
     void on_ws_message(std::string_view direction, std::string_view decision);
+    /// One audited exchange: its duration (seconds) and body bytes each way.
+    void on_exchange(std::string_view identity, std::string_view decision, double seconds,
+                     std::uint64_t bytes_up, std::uint64_t bytes_down);
+    /// One new upstream connection: TCP connect time, and TLS handshake time (seconds;
+    /// negative = plain HTTP, no handshake).
+    void on_upstream_connect(double connect_seconds, double tls_seconds);
+    /// One failed client TLS handshake; `reason` is a client_tls_reason() code.
+    void on_client_tls_error(std::string_view reason);
 
     /// Values read at scrape time (so the data path pays nothing for them). Set before
     /// exposing; unset sources read as 0.

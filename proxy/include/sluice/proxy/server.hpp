@@ -57,6 +57,11 @@ public:
     /// The bound "address:port" of every listener (after port 0 was resolved).
     std::vector<std::string> listening_addresses() const;
 
+    /// The proxy URL of every listener, in configuration order: "https://address:port"
+    /// for a listener with `listeners[].tls` (the client speaks TLS to sluice itself),
+    /// else "http://address:port". What clients put in HTTPS_PROXY/HTTP_PROXY.
+    std::vector<std::string> listening_urls() const;
+
     struct impl; ///< opaque; public only so server.cpp's free functions can name it
 
 private:
