@@ -113,6 +113,9 @@ struct flow_context {
     // Body bytes of a refused request that the client may still be sending: run_exchange's
     // callers read them off (discard_body) before they close, a lingering close.
     std::uint64_t unread_body = 0;
+    // False until the client has sent a whole request head: a connection that has sent
+    // nothing gets the head timeout, not the keep-alive idle timeout (read_head).
+    bool heard = false;
 };
 
 std::string make_flow_id(shared_state& st) {
@@ -1234,13 +1237,16 @@ enum class head_status { ok, closed, malformed };
 // within `header_limit` bytes; the raw bytes pass head_is_strict first, and framing
 // fields are checked after parsing (one Content-Length, Transfer-Encoding only as a
 // single final "chunked").
+// `heard`: the client has sent a request before; only then may it idle for
+// `client_idle_timeout` (a connection that has sent nothing gets the head timeout, so
+// silent connections are not held longer than slow ones).
 template <class Stream>
 net::awaitable<head_status> read_head_raw(Stream& client, beast::flat_buffer& buf,
-                                          http::request_parser<http::empty_body>& hp) {
+                                          http::request_parser<http::empty_body>& hp, bool heard) {
     std::size_t searched = 0;
     bool idle = buf.size() == 0;
-    beast::get_lowest_layer(client).expires_after(idle ? client_idle_timeout
-                                                       : client_header_timeout);
+    beast::get_lowest_layer(client).expires_after(idle && heard ? client_idle_timeout
+                                                                : client_header_timeout);
     // An idle keep-alive connection waits with a small buffer: a large capacity left
     // by the last exchange is given back, and the buffer grows again once bytes arrive.
     if (idle && buf.capacity() > idle_read_size)
@@ -1283,9 +1289,11 @@ net::awaitable<head_status> read_head_raw(Stream& client, beast::flat_buffer& bu
 template <class Stream>
 net::awaitable<bool> read_head(Stream& client, beast::flat_buffer& buf,
                                http::request_parser<http::empty_body>& hp, flow_context& fc) {
-    auto st = co_await read_head_raw(client, buf, hp);
-    if (st == head_status::ok)
+    auto st = co_await read_head_raw(client, buf, hp, fc.heard);
+    if (st == head_status::ok) {
+        fc.heard = true;
         co_return true;
+    }
     if (st == head_status::malformed)
         co_await deny_bad_request(client, fc, {}, {});
     co_return false;
