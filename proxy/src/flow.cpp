@@ -1504,6 +1504,22 @@ net::awaitable<bool> admit_connect(ClientStream& client, beast::flat_buffer& cbu
     co_return co_await answer_connect(client, fc);
 }
 
+// Waits (within the handshake deadline) for the first bytes of the client's ClientHello.
+// Until they come, an answered CONNECT holds no TLS state: the SSL object and OpenSSL's
+// handshake buffers (init and read buffers, ~33 KiB, allocated by the first
+// SSL_do_handshake) cost more than an idle intercepted connection. False: nothing came.
+template <class Stream>
+net::awaitable<bool> await_client_hello(Stream& client, beast::flat_buffer& buf) {
+    if (buf.size() != 0)
+        co_return true; // sent along with the CONNECT
+    beast::get_lowest_layer(client).expires_after(tls_handshake_timeout);
+    auto [ec, n] = co_await client.async_read_some(buf.prepare(idle_read_size), as_tuple);
+    if (ec)
+        co_return false;
+    buf.commit(n);
+    co_return true;
+}
+
 template <class ClientStream>
 net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cbuf,
                                     http::request_parser<http::empty_body>& hp, flow_context& fc) {
@@ -1511,6 +1527,10 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
     std::shared_ptr<ssl::context> leaf;
     if (!co_await admit_connect(client, cbuf, hp, fc, d, leaf))
         co_return;
+    if (!co_await await_client_hello(client, cbuf)) {
+        spdlog::info("flow {}: no TLS handshake after CONNECT (source client)", fc.flow);
+        co_return;
+    }
 
     // Not asio's ssl::stream: tls_stream.hpp keeps an idle connection small.
     tls_stream<typename tls_layer<ClientStream>::type> tls(tls_layer<ClientStream>::make(client),
