@@ -14,7 +14,25 @@ namespace {
 constexpr const char* audit_usage =
     "usage: sluice audit verify [--partial] FILE...\n"
     "  FILEs in chain order: rotated files (audit.jsonl.*, which sort in order) then the\n"
-    "  live file. --partial accepts a chain whose first record is not seq 1 (pruned).\n";
+    "  live file. --partial accepts a chain whose first record is not seq 1 (pruned).\n"
+    "  Exchanges cut by a crash (a start record without its completion) are listed as\n"
+    "  `cut:`; they do not fail the verification.\n";
+
+// Exchanges whose start record has no completion: the process stopped (a crash, a
+// SIGKILL) while they were in flight. Their decision is on record; bytes and duration
+// are not. Informational: the chain itself is intact.
+void print_cut(const proxy::audit_verify_result& r) {
+    if (r.cut == 0)
+        return;
+    std::cout << "cut: " << r.cut
+              << " exchange(s) started without a completion record (cut by a crash, or "
+                 "still in flight in a live file), start seq";
+    for (auto s : r.cut_seqs)
+        std::cout << ' ' << s;
+    if (r.cut > r.cut_seqs.size())
+        std::cout << " ...";
+    std::cout << "\n";
+}
 
 } // namespace
 
@@ -46,6 +64,7 @@ int cmd_audit(int argc, char** argv) {
     if (r.ok) {
         std::cout << "ok: " << r.records << " records in " << files.size() << " file(s), seq "
                   << r.first_seq << ".." << r.last_seq << ", last hash " << r.last_hash << "\n";
+        print_cut(r);
         return 0;
     }
     if (r.what == "unreadable") {

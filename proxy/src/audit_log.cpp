@@ -1,9 +1,12 @@
 #include "sluice/proxy/audit_log.hpp"
 
+#include "audit_hash.hpp"
+
 #include <boost/json.hpp>
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -14,25 +17,10 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <unordered_set>
 
 namespace sluice::proxy {
 
 namespace {
-
-std::string sha256_hex(std::string_view data) {
-    std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-    unsigned int len = 0;
-    EVP_Digest(data.data(), data.size(), md.data(), &len, EVP_sha256(), nullptr);
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out;
-    out.reserve(len * 2);
-    for (unsigned i = 0; i < len; ++i) {
-        out.push_back(hex[md[i] >> 4]);
-        out.push_back(hex[md[i] & 0xf]);
-    }
-    return out;
-}
 
 // RFC 3339 UTC with milliseconds, e.g. 2026-11-30T02:38:43.123Z.
 std::string rfc3339_now() {
@@ -66,26 +54,6 @@ std::string last_line(const std::filesystem::path& path) {
         tail.pop_back();
     auto nl = tail.rfind('\n');
     return nl == std::string::npos ? tail : tail.substr(nl + 1);
-}
-
-// The hash member is always last, exactly `,"hash":"<64 hex>"}`: verification hashes the
-// bytes before it plus the closing brace, so no JSON re-serialisation is involved.
-constexpr std::string_view hash_key = ",\"hash\":\"";
-constexpr std::size_t hash_suffix_len = hash_key.size() + 64 + 2; // + `"}`
-
-bool split_hashed_line(std::string_view line, std::string& body, std::string& hash) {
-    if (line.size() < hash_suffix_len + 2 || !line.ends_with("\"}"))
-        return false;
-    std::size_t at = line.size() - hash_suffix_len;
-    if (line.substr(at, hash_key.size()) != hash_key)
-        return false;
-    hash.assign(line.substr(at + hash_key.size(), 64));
-    for (char c : hash)
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-            return false;
-    body.assign(line.substr(0, at));
-    body.push_back('}');
-    return true;
 }
 
 std::string rotated_name(const std::filesystem::path& path, std::uint64_t last_seq) {
@@ -135,7 +103,9 @@ audit_log::open(const std::filesystem::path& path, const audit_options& options)
     }
     if (!log->reopen_locked())
         return std::unexpected("audit log " + path.string() + ": " + std::strerror(errno));
-    if (!options.fsync_always && options.fsync_interval.count() > 0)
+    log->left_.store(log->measure_left_locked());
+    // With fsync_always the thread syncs batches of completions only (see commit_locked).
+    if (options.fsync_interval.count() > 0)
         log->sync_thread_ = std::thread([p = log.get()] { p->sync_loop(); });
     log->writer_thread_ = std::thread([p = log.get()] { p->writer_loop(); });
     return log;
@@ -218,6 +188,21 @@ void audit_log::sync_loop() {
     }
 }
 
+std::uint64_t audit_log::measure_left_locked() const {
+    if (options_.headroom == 0 || !regular_.load())
+        return UINT64_MAX;
+    std::uint64_t left = UINT64_MAX;
+    struct statvfs vfs {};
+    if (::statvfs(path_.c_str(), &vfs) == 0)
+        left = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    struct rlimit rl {};
+    if (::getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        const std::uint64_t size = size_.load();
+        left = std::min<std::uint64_t>(left, rl.rlim_cur > size ? rl.rlim_cur - size : 0);
+    }
+    return left;
+}
+
 bool audit_log::healthy() const {
     // Called before every exchange: it must not take mutex_, which the writer holds
     // across a whole batch's write and fdatasync.
@@ -225,32 +210,31 @@ bool audit_log::healthy() const {
         return false;
     if (options_.headroom == 0 || !regular_.load())
         return true;
-    // The allow record is written after the response was relayed, so "nothing forwarded
-    // unrecorded" needs a look ahead: refuse new exchanges while the next records might
-    // not fit (disk nearly full, or a file size limit nearly reached).
+    // As the writer will judge the next start: room for one like the last, its
+    // completion, every reserved completion and the headroom.
+    auto fits = [&](std::uint64_t left) {
+        return left >= reserved_.load() + options_.headroom + last_start_need_.load();
+    };
+    if (fits(left_.load()) && room_.load())
+        return true;
+    // Refusing: look again now and then, so space freed behind our back admits flows
+    // without waiting for a write. A figure read here only ever lifts a refusal that the
+    // writer re-checks against its own figure when the start record comes.
     std::unique_lock lock(room_mutex_, std::try_to_lock);
     if (!lock.owns_lock())
-        return room_.load(); // another flow is checking right now
+        return false;
     auto now = std::chrono::steady_clock::now();
     if (now - room_checked_ < std::chrono::milliseconds(100))
-        return room_.load();
+        return false;
     room_checked_ = now;
-    bool room = true;
-    struct statvfs vfs {};
-    if (::statvfs(path_.c_str(), &vfs) == 0 &&
-        static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize < options_.headroom)
-        room = false;
-    struct rlimit rl {};
-    if (::getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        size_ + options_.headroom > rl.rlim_cur)
-        room = false;
-    if (room_ && !room) {
-        errors_.fetch_add(1, std::memory_order_relaxed);
-        spdlog::error("audit log {}: less than {} bytes can still be written; denying new "
-                      "exchanges until there is room",
-                      path_.string(), options_.headroom);
+    std::uint64_t left = measure_left_locked();
+    left_.store(left);
+    bool room = fits(left);
+    if (room && !room_.load()) {
+        spdlog::warn("audit log {}: {} bytes can be written again; admitting new exchanges",
+                     path_.string(), left);
+        room_.store(true);
     }
-    room_.store(room);
     return room;
 }
 
@@ -267,6 +251,10 @@ std::string audit_log::line_for(const audit_record& r, std::uint64_t seq, const 
     boost::json::object o;
     o["ts"] = rfc3339_now();
     o["seq"] = seq;
+    if (!r.event.empty())
+        o["event"] = r.event;
+    if (r.completes != 0)
+        o["completes"] = r.completes;
     o["flow"] = r.flow;
     if (r.identity.empty())
         o["identity"] = nullptr;
@@ -307,13 +295,13 @@ std::string audit_log::line_for(const audit_record& r, std::uint64_t seq, const 
     // The hash covers the serialised record without its own "hash" member (which is
     // always last), so a verifier hashes the line up to that member plus '}'.
     std::string body = boost::json::serialize(o);
-    hash = sha256_hex(body);
+    hash = detail::sha256_hex(body);
     body.pop_back(); // '}'
     body += ",\"hash\":\"" + hash + "\"}\n";
     return body;
 }
 
-bool audit_log::write_locked(const std::string& data) {
+bool audit_log::write_locked(const std::string& data, bool sync) {
     const char* p = data.data();
     std::size_t left = data.size();
     while (left > 0) {
@@ -330,19 +318,24 @@ bool audit_log::write_locked(const std::string& data) {
         p += n;
         left -= static_cast<std::size_t>(n);
     }
-    if (options_.fsync_always) {
+    if (sync) {
         if (::fdatasync(fd_) != 0)
             return false;
+        dirty_ = false; // earlier unsynced bytes included
     } else {
         dirty_ = true;
     }
     return true;
 }
 
-bool audit_log::commit_locked(const std::vector<const audit_record*>& records) {
+bool audit_log::commit_locked(const std::vector<const audit_record*>& records,
+                              std::vector<std::uint64_t>& seqs) {
+    seqs.assign(records.size(), 0);
     auto fail = [&] {
+        std::fill(seqs.begin(), seqs.end(), 0);
         healthy_ = false;
         errors_.fetch_add(1, std::memory_order_relaxed);
+        left_.store(measure_left_locked());
         return false;
     };
     // Removed or replaced behind our back (rm, logrotate without copytruncate): records
@@ -358,23 +351,66 @@ bool audit_log::commit_locked(const std::vector<const audit_record*>& records) {
                 return fail();
         }
     }
+    // A batch of completions only is written without its own fdatasync under
+    // fsync_always: nothing waits on its durability (the client has its answer, and the
+    // start is on disk), and the next batch that syncs, a start's or a denial's, covers
+    // it; the sync thread does within fsync_interval otherwise. Every start and every
+    // single record is synced before its writer is told.
+    const bool sync = options_.fsync_always &&
+                      std::any_of(records.begin(), records.end(),
+                                  [](const audit_record* r) { return r->completes == 0; });
     std::string batch;
     std::uint64_t seq = seq_;
     std::string prev = prev_hash_;
+    // Reservations of the starts in `batch`, and completions it releases: applied once
+    // the bytes are written.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> reserve;
+    std::vector<std::uint64_t> release;
+    std::uint64_t reserved = reserved_.load();
+    std::uint64_t left = left_.load();
     auto flush = [&] {
         if (batch.empty())
             return true;
-        if (!write_locked(batch))
+        if (!write_locked(batch, sync))
             return false;
         size_ += batch.size();
         seq_ = seq;
         prev_hash_ = prev;
+        for (auto [s, n] : reserve)
+            open_starts_.emplace(s, n);
+        for (auto s : release)
+            open_starts_.erase(s);
+        reserved_.store(reserved);
+        reserve.clear();
+        release.clear();
         batch.clear();
         return true;
     };
-    for (const audit_record* r : records) {
+    bool refused = false;
+    for (std::size_t i = 0; i < records.size(); ++i) {
+        const audit_record& r = *records[i];
         std::string hash;
-        std::string line = line_for(*r, seq + 1, prev, hash);
+        std::string line = line_for(r, seq + 1, prev, hash);
+        if (r.event == "start" && left != UINT64_MAX) {
+            // Its completion repeats every field and adds counters: the start's size plus
+            // a bound for what the end adds.
+            const std::uint64_t end_size = line.size() + 512;
+            last_start_need_.store(line.size() + end_size);
+            const std::uint64_t need =
+                batch.size() + line.size() + end_size + reserved + options_.headroom;
+            if (need > left) {
+                refused = true; // not written: its exchange is refused, nothing forwarded
+                continue;
+            }
+            reserve.emplace_back(seq + 1, end_size);
+            reserved += end_size;
+        } else if (r.completes != 0) {
+            auto it = open_starts_.find(r.completes);
+            if (it != open_starts_.end()) {
+                reserved -= std::min(reserved, it->second);
+                release.push_back(r.completes);
+            }
+        }
         const std::uint64_t at = size_ + batch.size();
         if (regular_ && options_.max_size > 0 && at > 0 && at + line.size() > options_.max_size) {
             // Rotation names the file after the last seq in it: write what precedes first.
@@ -383,20 +419,35 @@ bool audit_log::commit_locked(const std::vector<const audit_record*>& records) {
         }
         batch += line;
         ++seq;
+        seqs[i] = seq;
         prev = std::move(hash);
     }
     if (!flush())
         return fail();
     healthy_ = true;
+    left_.store(measure_left_locked()); // after every batch: the next one checks against it
+    if (refused && room_.exchange(false)) {
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        spdlog::error("audit log {}: less than {} bytes would be left after the next record; "
+                      "denying new exchanges until there is room",
+                      path_.string(), options_.headroom);
+    }
     return true;
 }
 
 bool audit_log::append(const audit_record& r) {
+    std::vector<std::uint64_t> seqs;
     std::lock_guard lock(mutex_);
-    return commit_locked({&r});
+    return commit_locked({&r}, seqs) && seqs[0] != 0;
 }
 
 void audit_log::async_append(audit_record r, std::move_only_function<void(bool)> done) {
+    async_append_seq(std::move(r),
+                     [done = std::move(done)](std::uint64_t seq) mutable { done(seq != 0); });
+}
+
+void audit_log::async_append_seq(audit_record r,
+                                 std::move_only_function<void(std::uint64_t)> done) {
     bool queued = false;
     {
         std::lock_guard lock(queue_mutex_);
@@ -405,15 +456,23 @@ void audit_log::async_append(audit_record r, std::move_only_function<void(bool)>
             queued = true;
         }
     }
-    if (queued)
+    if (queued) {
         queue_cv_.notify_one();
-    else
-        done(append(r)); // closed: no writer thread to take it
+        return;
+    }
+    // Closed: no writer thread to take it.
+    std::vector<std::uint64_t> seqs;
+    {
+        std::lock_guard lock(mutex_);
+        commit_locked({&r}, seqs);
+    }
+    done(seqs[0]);
 }
 
 void audit_log::writer_loop() {
     std::vector<queued> batch;
     std::vector<const audit_record*> records;
+    std::vector<std::uint64_t> seqs;
     for (;;) {
         {
             std::unique_lock lock(queue_mutex_);
@@ -425,13 +484,12 @@ void audit_log::writer_loop() {
         records.clear();
         for (const auto& q : batch)
             records.push_back(&q.record);
-        bool ok;
         {
             std::lock_guard lock(mutex_);
-            ok = commit_locked(records);
+            commit_locked(records, seqs);
         }
-        for (auto& q : batch)
-            q.done(ok);
+        for (std::size_t i = 0; i < batch.size(); ++i)
+            batch[i].done(seqs[i]);
         batch.clear();
     }
 }
@@ -461,139 +519,6 @@ std::string audit_log::redact_query(std::string_view url, bool all) {
         query.remove_prefix(amp + 1);
     }
     return out;
-}
-
-namespace {
-
-struct parsed_line {
-    bool hashed = false; // has a well-formed trailing hash member
-    bool json = false;   // parses as an object with integer seq and string prev
-    std::uint64_t seq = 0;
-    std::string prev;
-    std::string hash;
-    std::string body;
-};
-
-parsed_line parse_line(std::string_view line) {
-    parsed_line p;
-    p.hashed = split_hashed_line(line, p.body, p.hash);
-    boost::system::error_code ec;
-    auto v = boost::json::parse(line, ec);
-    if (ec || !v.is_object())
-        return p;
-    const auto& o = v.as_object();
-    const auto* seq = o.if_contains("seq");
-    const auto* prev = o.if_contains("prev");
-    if (seq == nullptr || !seq->is_int64() || seq->as_int64() < 1 || prev == nullptr ||
-        !prev->is_string())
-        return p;
-    p.seq = static_cast<std::uint64_t>(seq->as_int64());
-    p.prev = std::string(prev->as_string());
-    p.json = true;
-    return p;
-}
-
-// Reads lines of a file; `complete` is false for a last line without its newline.
-template <class F>
-bool for_each_line(const std::filesystem::path& file, F&& f) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in)
-        return false;
-    std::string line;
-    std::size_t n = 0;
-    while (std::getline(in, line)) {
-        ++n;
-        bool complete = !in.eof();
-        if (!f(n, std::string_view(line), complete))
-            return true;
-    }
-    return !in.bad();
-}
-
-} // namespace
-
-audit_verify_result verify_audit_chain(const std::vector<std::filesystem::path>& files,
-                                       bool partial) {
-    audit_verify_result res;
-    // Pass 1: every seq present anywhere, to tell a record that was moved (reordered) from
-    // one that is gone (removed).
-    std::unordered_set<std::uint64_t> present;
-    for (const auto& f : files) {
-        bool readable = for_each_line(f, [&](std::size_t, std::string_view line, bool) {
-            auto p = parse_line(line);
-            if (p.json)
-                present.insert(p.seq);
-            return true;
-        });
-        if (!readable) {
-            res.what = "unreadable";
-            res.file = f.string();
-            res.detail = std::string("cannot read the file: ") + std::strerror(errno);
-            return res;
-        }
-    }
-
-    bool have_prev = false;
-    std::uint64_t prev_seq = 0;
-    std::string prev_hash;
-    bool stop = false;
-    auto bad = [&](const std::filesystem::path& f, std::size_t line, std::uint64_t seq,
-                   std::string what, std::string detail) {
-        res.what = std::move(what);
-        res.file = f.string();
-        res.line = line;
-        res.seq = seq;
-        res.detail = std::move(detail);
-        stop = true;
-        return false;
-    };
-    for (std::size_t fi = 0; fi < files.size() && !stop; ++fi) {
-        const auto& f = files[fi];
-        bool last_file = fi + 1 == files.size();
-        for_each_line(f, [&](std::size_t n, std::string_view line, bool complete) {
-            auto p = parse_line(line);
-            if (!complete && (!p.json || !p.hashed))
-                return bad(f, n, p.seq, "truncated",
-                           "the record is cut off (no end of line)" +
-                               std::string(last_file ? "" : " in the middle of the chain"));
-            if (!p.json || !p.hashed)
-                return bad(f, n, p.seq, "changed", "the line is not a well-formed audit record");
-            if (sha256_hex(p.body) != p.hash)
-                return bad(f, n, p.seq, "changed", "the record's content does not match its hash");
-            if (!have_prev) {
-                if (!partial && (p.seq != 1 || !p.prev.empty())) {
-                    std::string what = present.contains(1) ? "reordered" : "removed";
-                    return bad(f, n, p.seq, what,
-                               "the chain does not start at seq 1 (records before seq " +
-                                   std::to_string(p.seq) +
-                                   " are missing; pass --partial if older files were pruned)");
-                }
-                res.first_seq = p.seq;
-            } else if (p.seq != prev_seq + 1) {
-                if (p.seq <= prev_seq || present.contains(prev_seq + 1))
-                    return bad(f, n, p.seq, "reordered",
-                               "expected seq " + std::to_string(prev_seq + 1) + " here");
-                return bad(f, n, p.seq, "removed",
-                           "records " + std::to_string(prev_seq + 1) + ".." +
-                               std::to_string(p.seq - 1) + " are missing");
-            } else if (p.prev != prev_hash) {
-                // This record is intact (its hash matches) and in sequence, so the one
-                // before it was rewritten with a recomputed hash.
-                return bad(f, n, p.seq, "changed",
-                           "prev does not match the hash of record " + std::to_string(prev_seq) +
-                               " (that record was rewritten)");
-            }
-            have_prev = true;
-            prev_seq = p.seq;
-            prev_hash = p.hash;
-            res.last_seq = p.seq;
-            res.last_hash = p.hash;
-            ++res.records;
-            return true;
-        });
-    }
-    res.ok = !stop;
-    return res;
 }
 
 } // namespace sluice::proxy

@@ -95,6 +95,9 @@ detectors::scanner& thread_scanner(const std::shared_ptr<const detectors::rulese
 // flow receives it on its own executor. Capacity 1, so the send never waits.
 using audit_result_channel =
     net::experimental::concurrent_channel<void(boost::system::error_code, bool)>;
+// A start record's seq (0 = not written) on its way back from the writer thread.
+using audit_seq_channel =
+    net::experimental::concurrent_channel<void(boost::system::error_code, std::uint64_t)>;
 
 struct flow_context {
     std::shared_ptr<shared_state> state;
@@ -119,6 +122,9 @@ struct flow_context {
     // A brokered secret went upstream on this flow: every later response is asked for,
     // and must come in, identity coding, so an echo of it can be masked.
     bool secret_sent = false;
+    // False until the client has sent a whole request head: a connection that has sent
+    // nothing gets the head timeout, not the keep-alive idle timeout (read_head).
+    bool heard = false;
 };
 
 // Every request is decided under the configuration in force when it arrives, also on a
@@ -241,6 +247,45 @@ std::vector<audit_finding> to_audit(const std::vector<dlp::finding_record>& fs) 
     for (const auto& f : fs)
         out.push_back({f.rule, f.location, f.variant, f.offset, f.fingerprint});
     return out;
+}
+
+// Decide, record, then forward (audit_log.hpp): writes the exchange's decision as a start
+// record (`decision`, reason `reason`, `rec`'s fields, `findings`) through the writer's
+// group commit, this flow waiting on its own executor without holding the thread. The
+// last exchange's completion, queued before it, is settled too. On success `rec` becomes
+// the template of the completion (event "end", completes = the start's seq): every later
+// record of the exchange, the final one or a denial, completes it. False when the start
+// (or the last record) could not be written: nothing may be forwarded, and the caller
+// denies (503 audit_unavailable).
+net::awaitable<bool> record_start(flow_context& fc, audit_record& rec, std::string decision,
+                                  std::string reason) {
+    audit_record start = rec;
+    start.event = "start";
+    start.decision = std::move(decision);
+    start.reason = std::move(reason);
+    start.flow = fc.flow; // not stamp(): the exchange is counted once, by its completion
+    start.identity = fc.identity;
+    start.source = fc.source;
+    auto seq_ch = std::make_shared<audit_seq_channel>(co_await net::this_coro::executor, 1);
+    fc.state->audit->async_append_seq(std::move(start), [seq_ch](std::uint64_t seq) {
+        // Capacity 1 and one send per channel: the send cannot find the channel full.
+        [[maybe_unused]] bool sent = seq_ch->try_send(boost::system::error_code{}, seq);
+        assert(sent);
+    });
+    std::uint64_t seq = 0;
+    if (!seq_ch->try_receive([&seq](boost::system::error_code, std::uint64_t s) { seq = s; })) {
+        auto [ec, s] = co_await seq_ch->async_receive(as_tuple);
+        seq = ec ? 0 : s;
+    }
+    // Queued before the start, so already settled: this only reads its result.
+    const bool last_ok = co_await settle_audit(fc);
+    if (seq == 0) {
+        spdlog::error("flow {}: start record not written; denying", fc.flow);
+        co_return false;
+    }
+    rec.event = "end";
+    rec.completes = seq;
+    co_return last_ok;
 }
 
 std::vector<std::string> rule_ids(const std::vector<dlp::finding_record>& fs) {
@@ -444,6 +489,23 @@ close_hook close_on_kill(flow_context& fc, Stream& s) {
         boost::system::error_code ignored;
         beast::get_lowest_layer(s).socket().close(ignored);
     });
+}
+
+// A WebSocket session's record as written (websocket_relay.hpp calls back with copies of
+// the upgrade's record): the session's final record completes the upgrade's start, with
+// reason `killed` when a kill cut it; a record of one message inside the session (a
+// denial, an approval, written with bytes and message counts 0) stands alone. Only the
+// final record is a plain allow, counts traffic, or says the session was cut.
+audit_record ws_record(const flow_context& fc, audit_record r) {
+    const bool final_record = r.decision == "allow" || r.reason == "relay_interrupted" ||
+                              r.bytes_up + r.bytes_down + r.ws_messages_up + r.ws_messages_down > 0;
+    if (!final_record) {
+        r.event.clear();
+        r.completes = 0;
+    }
+    if (r.reason == "relay_interrupted" && killed_now(fc))
+        r.reason = std::string(kill_reason(fc));
+    return r;
 }
 
 // A limit reached (`policies[].limits`): 429 with Retry-After (RFC 9110 section 10.2.3),
@@ -1073,8 +1135,10 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     if (streamed)
         out.content_length(declared_length);
 
-    // The previous exchange's record must be durable before this one sends anything.
-    if (!co_await settle_audit(fc)) {
+    // The previous exchange's record, and this one's decision, must be durable before
+    // this one sends anything upstream (decide, record, then forward).
+    rec.findings = to_audit(findings);
+    if (!co_await record_start(fc, rec, rec.approval ? "supervise_approved" : "allow", "")) {
         co_await deny(client, fc, 503, "audit_unavailable", rec, findings, false);
         co_return exchange_end::close;
     }
@@ -1101,7 +1165,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         ws.inspect = inspect;
         ws.flow = fc.flow;
         ws.stats = fc.state->stats.get();
-        ws.audit = [&fc](audit_record r) { return audit(fc, std::move(r)); };
+        ws.audit = [&fc](audit_record r) { return audit(fc, ws_record(fc, std::move(r))); };
         ws.masker = &masker;
         if (fc.state->ctl) {
             if (fc.handle)
@@ -1339,13 +1403,16 @@ enum class head_status { ok, closed, malformed };
 // within `header_limit` bytes; the raw bytes pass head_is_strict first, and framing
 // fields are checked after parsing (one Content-Length, Transfer-Encoding only as a
 // single final "chunked").
+// `heard`: the client has sent a request before; only then may it idle for
+// `client_idle_timeout` (a connection that has sent nothing gets the head timeout, so
+// silent connections are not held longer than slow ones).
 template <class Stream>
 net::awaitable<head_status> read_head_raw(Stream& client, beast::flat_buffer& buf,
-                                          http::request_parser<http::empty_body>& hp) {
+                                          http::request_parser<http::empty_body>& hp, bool heard) {
     std::size_t searched = 0;
     bool idle = buf.size() == 0;
-    beast::get_lowest_layer(client).expires_after(idle ? client_idle_timeout
-                                                       : client_header_timeout);
+    beast::get_lowest_layer(client).expires_after(idle && heard ? client_idle_timeout
+                                                                : client_header_timeout);
     // An idle keep-alive connection waits with a small buffer: a large capacity left
     // by the last exchange is given back, and the buffer grows again once bytes arrive.
     if (idle && buf.capacity() > idle_read_size)
@@ -1388,9 +1455,11 @@ net::awaitable<head_status> read_head_raw(Stream& client, beast::flat_buffer& bu
 template <class Stream>
 net::awaitable<bool> read_head(Stream& client, beast::flat_buffer& buf,
                                http::request_parser<http::empty_body>& hp, flow_context& fc) {
-    auto st = co_await read_head_raw(client, buf, hp);
-    if (st == head_status::ok)
+    auto st = co_await read_head_raw(client, buf, hp, fc.heard);
+    if (st == head_status::ok) {
+        fc.heard = true;
         co_return true;
+    }
     if (st == head_status::malformed)
         co_await deny_bad_request(client, fc, {}, {});
     co_return false;
@@ -1494,24 +1563,30 @@ net::awaitable<void> opaque_tunnel(ClientStream& client, beast::flat_buffer& cbu
                                    flow_context& fc, audit_record&& rec) {
     using namespace net::experimental::awaitable_operators;
     auto started = std::chrono::steady_clock::now();
+    rec.inspected = false;
+    // Recorded before the tunnel carries a byte; a denial below completes the record.
+    if (!co_await record_start(fc, rec, "allow", "uninspected")) {
+        co_await deny(client, fc, 503, "audit_unavailable", rec, {}, false);
+        co_return;
+    }
     upstream<beast::tcp_stream> up;
     auto up_hook = close_on_kill(fc, up);
     if (co_await connect_upstream(up, d, fc) != connect_result::ok) {
         co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
         co_return;
     }
-    if (!co_await answer_connect(client, fc))
-        co_return;
-    if (cbuf.size() > 0) {
+    const bool answered = co_await answer_connect(client, fc);
+    if (answered && cbuf.size() > 0) {
         rec.bytes_up += cbuf.size();
         co_await net::async_write(*up.stream, cbuf.data(), as_tuple);
         cbuf.consume(cbuf.size());
     }
     const audit_log& log = *fc.state->audit;
-    co_await (pump(client, *up.stream, rec.bytes_up, log) &&
-              pump(*up.stream, client, rec.bytes_down, log));
+    if (answered)
+        co_await (pump(client, *up.stream, rec.bytes_up, log) &&
+                  pump(*up.stream, client, rec.bytes_down, log));
     rec.decision = "allow";
-    rec.reason = killed_now(fc) ? kill_reason(fc) : "uninspected";
+    rec.reason = !answered ? "relay_interrupted" : killed_now(fc) ? kill_reason(fc) : "uninspected";
     rec.inspected = false;
     rec.duration_ms = elapsed_ms(started);
     audit(fc, std::move(rec));
@@ -1629,6 +1704,22 @@ net::awaitable<void> record_client_tls(flow_context& fc, boost::system::error_co
         audit(fc, std::move(rec));
 }
 
+// Waits (within the handshake deadline) for the first bytes of the client's ClientHello.
+// Until they come, an answered CONNECT holds no TLS state: the SSL object and OpenSSL's
+// handshake buffers (init and read buffers, ~33 KiB, allocated by the first
+// SSL_do_handshake) cost more than an idle intercepted connection. False: nothing came.
+template <class Stream>
+net::awaitable<bool> await_client_hello(Stream& client, beast::flat_buffer& buf) {
+    if (buf.size() != 0)
+        co_return true; // sent along with the CONNECT
+    beast::get_lowest_layer(client).expires_after(tls_handshake_timeout);
+    auto [ec, n] = co_await client.async_read_some(buf.prepare(idle_read_size), as_tuple);
+    if (ec)
+        co_return false;
+    buf.commit(n);
+    co_return true;
+}
+
 template <class ClientStream>
 net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cbuf,
                                     http::request_parser<http::empty_body>& hp, flow_context& fc) {
@@ -1636,6 +1727,10 @@ net::awaitable<void> handle_connect(ClientStream& client, beast::flat_buffer& cb
     std::shared_ptr<ssl::context> leaf;
     if (!co_await admit_connect(client, cbuf, hp, fc, d, leaf))
         co_return;
+    if (!co_await await_client_hello(client, cbuf)) {
+        spdlog::info("flow {}: no TLS handshake after CONNECT (source client)", fc.flow);
+        co_return;
+    }
 
     // Not asio's ssl::stream: tls_stream.hpp keeps an idle connection small.
     tls_stream<typename tls_layer<ClientStream>::type> tls(tls_layer<ClientStream>::make(client),

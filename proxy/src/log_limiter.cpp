@@ -57,7 +57,8 @@ rate_limited_sink::rate_limited_sink(spdlog::sink_ptr inner, double rate, double
     , rate_(rate)
     , burst_(burst)
     , tokens_(burst)
-    , last_(std::chrono::steady_clock::now()) {}
+    , last_(std::chrono::steady_clock::now())
+    , last_summary_(last_ - summary_window) {}
 
 std::uint64_t rate_limited_sink::suppressed_total() const {
     std::lock_guard lock(const_cast<std::mutex&>(mutex_));
@@ -75,7 +76,10 @@ void rate_limited_sink::sink_it_(const spdlog::details::log_msg& msg) {
         return;
     }
     tokens_ -= 1.0;
-    if (suppressed_ > 0) {
+    // One summary per window: under a sustained flood the bucket lets a line through every
+    // 1/rate seconds, and a summary before each would double the lines.
+    if (suppressed_ > 0 && now - last_summary_ >= summary_window) {
+        last_summary_ = now;
         std::string text = std::to_string(suppressed_) + " log messages suppressed (rate limit)";
         spdlog::details::log_msg note(msg.logger_name, spdlog::level::warn, text);
         inner_->log(note);

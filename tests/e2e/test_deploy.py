@@ -394,7 +394,8 @@ def run_recipe(name, **variables):
 def audit_records(path):
     try:
         with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+            recs = [json.loads(line) for line in f if line.strip()]
+        return [r for r in recs if r.get("event") != "start"]  # completions: one per exchange
     except FileNotFoundError:
         return []
 

@@ -125,7 +125,8 @@ def audit_records():
     while True:
         try:
             with open(L.audit_path) as f:
-                return [json.loads(line) for line in f if line.strip()]
+                recs = [json.loads(line) for line in f if line.strip()]
+            return [r for r in recs if r.get("event") != "start"]  # one per exchange
         except FileNotFoundError:
             if time.monotonic() > deadline:
                 return []

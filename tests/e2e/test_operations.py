@@ -48,7 +48,7 @@ def binary():
 class instance:
     """One `sluice run` with its own data dir, config file and origins."""
 
-    def __init__(self, name, fsize_limit=None, gate="allow"):
+    def __init__(self, name, fsize_limit=None, gate="allow", audit_dir=None):
         self.tmp = tempfile.mkdtemp(prefix="sluice-ops-%s-" % name)
         tp.make_certificates(self.tmp)
         self.origin = tp.recording_origin("tls", os.path.join(self.tmp, "origin.pem"),
@@ -59,11 +59,18 @@ class instance:
         self.admin_port = tp.free_port()
         self.metrics_port = tp.free_port()
         self.data_dir = os.path.join(self.tmp, "data")
-        self.audit_path = os.path.join(self.tmp, "audit", "audit.jsonl")
+        self.audit_path = os.path.join(audit_dir or os.path.join(self.tmp, "audit"),
+                                       "audit.jsonl")
         self.config = os.path.join(self.tmp, "sluice.yaml")
         self.write_config(gate=gate)
         self.log_lines = []
         self.log_lock = threading.Lock()
+        self.fsize_limit = fsize_limit
+        self.start()
+
+    def start(self):
+        """Starts `sluice run` (again, after kill(): same data dir, config and audit)."""
+        fsize_limit = self.fsize_limit
 
         def limits():
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -75,7 +82,7 @@ class instance:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, env=tp.client_env(),
                                      preexec_fn=limits)
-        self.reader = threading.Thread(target=self.read_log, daemon=True)
+        self.reader = threading.Thread(target=self.read_log, args=(self.proc,), daemon=True)
         self.reader.start()
         if not tp.wait_for_port(self.proxy_port, self.proc, START_TIMEOUT_S) or \
                 not tp.wait_for_port(self.admin_port, self.proc, START_TIMEOUT_S):
@@ -85,8 +92,14 @@ class instance:
         with open(os.path.join(self.data_dir, "admin.token")) as f:
             self.token = f.read().strip()
 
-    def read_log(self):
-        for line in self.proc.stderr:
+    def kill(self):
+        """SIGKILL, as a crash: nothing is flushed or closed."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self.reader.join(timeout=5)
+
+    def read_log(self, proc):
+        for line in proc.stderr:
             with self.log_lock:
                 self.log_lines.append(line.decode(errors="replace"))
 
@@ -203,7 +216,8 @@ logging: {{level: info, format: json}}
     def audit_records(self):
         try:
             with open(self.audit_path, "rb") as f:
-                return [json.loads(line) for line in f.read().splitlines() if line.strip()]
+                recs = [json.loads(line) for line in f.read().splitlines() if line.strip()]
+            return [r for r in recs if r.get("event") != "start"]  # one per exchange
         except FileNotFoundError:
             return []
 

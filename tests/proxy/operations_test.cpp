@@ -47,6 +47,35 @@ TEST(operations_test, rate_limited_sink_drops_a_flood_and_reports_it) {
     EXPECT_NE(after[6].find("after the flood"), std::string::npos);
 }
 
+// A sustained flood: the bucket refills all the time, but the suppressed count is reported
+// once per window, not before every line that gets through.
+TEST(operations_test, rate_limited_sink_reports_once_per_window_under_a_flood) {
+    std::ostringstream os;
+    auto inner = std::make_shared<spdlog::sinks::ostream_sink_mt>(os);
+    auto sink = std::make_shared<rate_limited_sink>(inner, 2000.0, 5.0);
+    spdlog::logger log("t", sink);
+    log.set_formatter(make_log_formatter(false));
+    const auto started = std::chrono::steady_clock::now();
+    const auto flood = std::chrono::milliseconds(300);
+    int sent = 0;
+    while (std::chrono::steady_clock::now() - started < flood) {
+        log.error("connection error {}", sent++);
+    }
+    const auto elapsed = std::chrono::steady_clock::now() - started;
+    std::size_t summaries = 0;
+    std::size_t passed = 0;
+    for (const auto& l : lines_of(os.str())) {
+        if (l.find("log messages suppressed") != std::string::npos)
+            ++summaries;
+        else
+            ++passed;
+    }
+    ASSERT_GT(sink->suppressed_total(), 0u) << "the flood was not a flood";
+    EXPECT_GT(passed, 5u); // the bucket refilled: lines kept flowing
+    const auto windows = std::chrono::duration_cast<std::chrono::seconds>(elapsed).count() + 1;
+    EXPECT_LE(summaries, static_cast<std::size_t>(windows)) << os.str().substr(0, 2000);
+}
+
 TEST(operations_test, json_lines_escape_the_message) {
     std::ostringstream os;
     auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(os);

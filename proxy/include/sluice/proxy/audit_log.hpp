@@ -19,6 +19,21 @@
 // sync cost is shared by every flow waiting at that moment. append() and async_append()
 // share one order and one chain.
 //
+// Decide, record, then forward: an exchange that goes upstream is recorded twice. Its
+// decision record (`"event":"start"`: identity, url, method, decision, findings, bytes 0)
+// is durable before the first byte of the request leaves; its completion (`"event":"end"`,
+// `"completes": <seq of the start>`, every field of the start with the final reason,
+// bytes and duration) follows once the exchange is over. A record without `event` (a
+// denial, or any record written before this format) is a whole exchange on its own, so an
+// old reader that skips `"event":"start"` sees one record per exchange, as before. A start
+// without its end (the process was killed mid-exchange) is reported by verify, not as a
+// break of the chain.
+//
+// Space is reserved, not sampled: the writer knows the bytes it can still write (free
+// space on the file system and RLIMIT_FSIZE, refreshed after every batch) and the bytes
+// reserved for the completions of open starts; a start record that would leave less than
+// `headroom` after its own completion is refused (not written), and its exchange with it.
+//
 // Thread safety: every member function may be called from any thread (internal mutex).
 #pragma once
 
@@ -34,6 +49,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <sys/types.h>
@@ -83,18 +99,26 @@ struct audit_record {
     bool websocket = false;
     std::uint64_t ws_messages_up = 0;
     std::uint64_t ws_messages_down = 0;
+    /// "" (a whole exchange in one record), "start" (the decision, written before anything
+    /// is forwarded) or "end" (its completion); written as "event" when not empty.
+    std::string event;
+    /// For "end": the seq of the start record it completes (written as "completes").
+    std::uint64_t completes = 0;
 };
 
 struct audit_options {
-    /// fsync (fdatasync) after every record. When false, a background thread syncs at
-    /// most `fsync_interval` after a write (bounded loss window).
+    /// fsync (fdatasync) every record before its writer is told it is written, except a
+    /// batch of completions only (`completes` set), synced by the next batch or within
+    /// `fsync_interval`. When false, a background thread syncs at most `fsync_interval`
+    /// after a write (bounded loss window).
     bool fsync_always = true;
     std::chrono::milliseconds fsync_interval{1000};
     /// Rotate before a record would take the file past this many bytes; 0 = never.
     std::uint64_t max_size = 64ull << 20;
-    /// healthy() is false unless at least this many bytes can still be written (free
-    /// space on the file system and the process's RLIMIT_FSIZE): an exchange is only
-    /// forwarded when its record, written after the response, will fit. 0 = no check.
+    /// The margin kept free for denials and completions: a start record is refused, and
+    /// healthy() is false, unless this many bytes can still be written (free space on the
+    /// file system and the process's RLIMIT_FSIZE) beyond the start, its completion and
+    /// the completions reserved by every open start. 0 = no check.
     std::uint64_t headroom = 64 << 10;
 };
 
@@ -123,6 +147,12 @@ public:
     /// append()'s meaning. `done` must not block (post to the caller's executor).
     void async_append(audit_record r, std::move_only_function<void(bool)> done);
 
+    /// async_append() that reports the record's seq: `done(seq)` with seq 0 when the record
+    /// was not written (write failure, or a start refused for want of space). A start
+    /// record (`event == "start"`) reserves room for its completion until a record with
+    /// `completes == seq` is written.
+    void async_append_seq(audit_record r, std::move_only_function<void(std::uint64_t)> done);
+
     /// Stops the writer thread after it has written every record still queued and called
     /// each one's `done`: once close() returns, the writer thread runs no completion. Later
     /// async_append calls write on the calling thread, as append(), and call `done` there
@@ -132,10 +162,19 @@ public:
     void close();
 
     /// False once a write has failed (new flows are denied with 503 until it recovers:
-    /// the next successful append makes it true again), or while less than `headroom`
-    /// bytes can be written (checked at most every 100 ms: one statvfs and getrlimit).
+    /// the next successful append makes it true again), or while the bytes left (as of
+    /// the last batch) minus those reserved for open completions are under `headroom`
+    /// plus room for a start like the last one and its completion.
+    /// While false it re-reads free space (at most every 100 ms) so that freed space is
+    /// seen without a write; a stale figure can only refuse, never admit: the writer
+    /// checks every start record against the figure of the batch before it.
     /// Never waits for the writer: it does not take the lock held across a batch's sync.
     bool healthy() const;
+
+    /// Bytes that could be written after the last batch, and bytes reserved for the
+    /// completions of open starts (tests and metrics; UINT64_MAX when unlimited).
+    std::uint64_t bytes_left() const { return left_.load(std::memory_order_relaxed); }
+    std::uint64_t bytes_reserved() const { return reserved_.load(std::memory_order_relaxed); }
 
     /// Failed writes and detected removals since open (sluice_audit_errors_total).
     std::uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
@@ -154,9 +193,14 @@ private:
     static std::string line_for(const audit_record& r, std::uint64_t seq, const std::string& prev,
                                 std::string& hash);
     /// Appends `records` in order (rotating as due), then syncs once with fsync_always.
-    bool commit_locked(const std::vector<const audit_record*>& records);
+    /// `seqs` receives each record's seq, 0 where it was not written. False when the
+    /// batch could not be written (every seq 0).
+    bool commit_locked(const std::vector<const audit_record*>& records,
+                       std::vector<std::uint64_t>& seqs);
+    /// Bytes that can still be written to the file (free space, RLIMIT_FSIZE).
+    std::uint64_t measure_left_locked() const;
     /// Writes `data` at the end (a partial write is cut off again); syncs or marks dirty.
-    bool write_locked(const std::string& data);
+    bool write_locked(const std::string& data, bool sync);
 
     mutable std::mutex mutex_; ///< held by the writer across write and fdatasync
     int fd_ = -1;
@@ -167,10 +211,14 @@ private:
     audit_options options_;
     // healthy() reads these without mutex_, so a flow never waits for a batch's sync.
     std::atomic<bool> healthy_{true};
-    mutable std::atomic<bool> room_{true};                         ///< last headroom check
-    mutable std::mutex room_mutex_;                                ///< one headroom check at a time
+    mutable std::atomic<bool> room_{true}; ///< false while starts are refused for space
+    mutable std::atomic<std::uint64_t> left_{UINT64_MAX}; ///< after the last batch
+    std::atomic<std::uint64_t> reserved_{0};              ///< for open completions
+    std::atomic<std::uint64_t> last_start_need_{0};       ///< bytes the last start asked for
+    std::unordered_map<std::uint64_t, std::uint64_t> open_starts_; ///< seq -> reserved bytes
+    mutable std::mutex room_mutex_;                                ///< one re-read at a time
     mutable std::chrono::steady_clock::time_point room_checked_{}; ///< under room_mutex_
-    bool dirty_ = false; ///< written but not yet synced (interval mode)
+    bool dirty_ = false;                                           ///< written but not yet synced
     bool stopping_ = false;
     std::uint64_t seq_ = 0;
     std::string prev_hash_;
@@ -181,7 +229,7 @@ private:
 
     struct queued {
         audit_record record;
-        std::move_only_function<void(bool)> done;
+        std::move_only_function<void(std::uint64_t)> done; ///< seq, 0 = not written
     };
     std::mutex queue_mutex_; ///< guards queue_ and writer_stop_ (never held with mutex_)
     std::condition_variable queue_cv_;
@@ -204,13 +252,21 @@ struct audit_verify_result {
     std::uint64_t first_seq = 0; ///< seq of the first record
     std::uint64_t last_seq = 0;
     std::string last_hash;
+    /// Start records (`"event":"start"`) with no completion anywhere in the files: their
+    /// exchanges were cut (the process died before the end was written). Not a chain
+    /// error; the first few seqs are listed, all are counted.
+    std::uint64_t cut = 0;
+    std::vector<std::uint64_t> cut_seqs; ///< up to 20, in chain order
+    /// Completions whose start is not in the files (pruned with --partial), counted only.
+    std::uint64_t orphan_ends = 0;
 };
 
 /// Verifies `files` (in chain order, e.g. rotated files then the live one) as one chain:
 /// every record's hash over its own bytes, every `prev` equal to the previous record's
 /// hash, and seq increasing by one. The first record must be the genesis (seq 1, prev "")
 /// unless `partial` (older files were pruned). Reads files line by line (memory: one set of
-/// seq numbers). Never throws except std::bad_alloc.
+/// seq numbers and of open starts). Start records without a completion are counted in
+/// `cut`, not failures. Never throws except std::bad_alloc.
 audit_verify_result verify_audit_chain(const std::vector<std::filesystem::path>& files,
                                        bool partial = false);
 

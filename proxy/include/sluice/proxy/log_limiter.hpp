@@ -1,6 +1,8 @@
 // Logging that a hostile client cannot flood: a spdlog sink that passes at most `rate`
 // lines per second (token bucket, burst `burst`) to an inner sink and reports what it
-// dropped as one line "N log messages suppressed" once lines flow again. Plus the line
+// dropped as one line "N log messages suppressed" once lines flow again: at most one such
+// line per `summary_window` (1 s), however the flood goes on, so a sustained flood gives
+// `rate` lines a second plus one summary. Plus the line
 // formats of `logging.format`: text, or JSON with the message properly escaped.
 // Thread safety: the sink is a spdlog base_sink<std::mutex> (safe from any thread).
 #pragma once
@@ -17,6 +19,7 @@ namespace sluice::proxy {
 
 class rate_limited_sink : public spdlog::sinks::base_sink<std::mutex> {
 public:
+    static constexpr std::chrono::seconds summary_window{1};
     rate_limited_sink(spdlog::sink_ptr inner, double rate, double burst);
     /// Lines dropped since start.
     std::uint64_t suppressed_total() const;
@@ -33,7 +36,8 @@ private:
     double burst_;
     double tokens_;
     std::chrono::steady_clock::time_point last_;
-    std::uint64_t suppressed_ = 0; ///< since the last report
+    std::chrono::steady_clock::time_point last_summary_; ///< when the last summary went out
+    std::uint64_t suppressed_ = 0;                       ///< since the last report
     std::uint64_t suppressed_total_ = 0;
 };
 

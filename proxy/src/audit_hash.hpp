@@ -1,0 +1,48 @@
+// The audit chain's hash (audit_log.hpp "Format"): hex SHA-256 of a record's bytes, and
+// the split of a line into the bytes it covers and its trailing "hash" member. Shared by
+// the writer (audit_log.cpp) and the verifier (audit_verify.cpp). Thread safe.
+#pragma once
+
+#include <openssl/evp.h>
+
+#include <array>
+#include <string>
+#include <string_view>
+
+namespace sluice::proxy::detail {
+
+inline std::string sha256_hex(std::string_view data) {
+    std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+    unsigned int len = 0;
+    EVP_Digest(data.data(), data.size(), md.data(), &len, EVP_sha256(), nullptr);
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(len * 2);
+    for (unsigned i = 0; i < len; ++i) {
+        out.push_back(hex[md[i] >> 4]);
+        out.push_back(hex[md[i] & 0xf]);
+    }
+    return out;
+}
+
+// The hash member is always last, exactly `,"hash":"<64 hex>"}`: verification hashes the
+// bytes before it plus the closing brace, so no JSON re-serialisation is involved.
+inline constexpr std::string_view hash_key = ",\"hash\":\"";
+inline constexpr std::size_t hash_suffix_len = hash_key.size() + 64 + 2; // + `"}`
+
+inline bool split_hashed_line(std::string_view line, std::string& body, std::string& hash) {
+    if (line.size() < hash_suffix_len + 2 || !line.ends_with("\"}"))
+        return false;
+    std::size_t at = line.size() - hash_suffix_len;
+    if (line.substr(at, hash_key.size()) != hash_key)
+        return false;
+    hash.assign(line.substr(at + hash_key.size(), 64));
+    for (char c : hash)
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return false;
+    body.assign(line.substr(0, at));
+    body.push_back('}');
+    return true;
+}
+
+} // namespace sluice::proxy::detail
