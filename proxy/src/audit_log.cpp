@@ -230,6 +230,12 @@ bool audit_log::healthy() const {
     std::uint64_t left = measure_left_locked();
     left_.store(left);
     bool room = fits(left);
+    if (!room && room_.exchange(false)) { // refusing from here on: counted and said once
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        spdlog::error("audit log {}: less than {} bytes would be left after the next record; "
+                      "denying new exchanges until there is room",
+                      path_.string(), options_.headroom);
+    }
     if (room && !room_.load()) {
         spdlog::warn("audit log {}: {} bytes can be written again; admitting new exchanges",
                      path_.string(), left);

@@ -549,11 +549,11 @@ class verify_cli_test(unittest.TestCase):
                 inst.stop()
             r = verify(copy)
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertIn("6 records", r.stdout)
+            self.assertIn("12 records", r.stdout)  # each exchange: a start and its end
             with open(copy) as f:
                 lines = f.read().splitlines(True)
             cases = {
-                "changed": lines[:2] + [lines[2].replace("/v/2", "/v/9")] + lines[3:],
+                "changed": lines[:2] + [lines[2].replace("/v/1", "/v/9")] + lines[3:],  # start of /v/1
                 "removed": lines[:3] + lines[4:],
                 "reordered": lines[:3] + [lines[4], lines[3]] + lines[5:],
                 "truncated": lines[:5] + [lines[5][:40]],
