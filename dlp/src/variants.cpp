@@ -909,6 +909,54 @@ void spaced_groups(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
     close(gbegin, n);
 }
 
+// Where spaced_groups() can find something: around each aligned 16-byte block made only
+// of base64-alphabet bytes, '=' and separators, holding a separator and 5 or more
+// capitals or digits (prose and JSON rarely are; spaced base64 of 24+ characters always
+// covers such a block). Regions are the blocks plus 96 bytes either side, merged; the
+// per-separator work runs only there.
+template <class OnSpan>
+void spaced_regions(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
+    constexpr std::size_t margin = 96;
+    std::size_t rb = npos;
+    std::size_t re = 0;
+    const auto flush = [&] {
+        if (rb != npos)
+            spaced_groups(d + rb, re - rb,
+                          [&](std::size_t b, std::size_t e) { on_span(rb + b, rb + e); });
+    };
+    const auto interesting = [&](std::size_t k) {
+        const std::size_t b = k > margin ? k - margin : 0;
+        const std::size_t e = std::min(n, k + 16 + margin);
+        if (rb != npos && b <= re) {
+            re = e;
+            return;
+        }
+        flush();
+        rb = b;
+        re = e;
+    };
+#if defined(__SSE2__)
+    for (std::size_t k = 0; k + 16 <= n; k += 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + k));
+        const __m128i strong = _mm_or_si128(in_range(v, 'A', 'Z'), in_range(v, '0', '9'));
+        const unsigned sm = static_cast<unsigned>(_mm_movemask_epi8(strong));
+        if (__builtin_popcount(sm) < 5)
+            continue;
+        const __m128i sep = _mm_or_si128(_mm_or_si128(eq(v, ' '), eq(v, '\n')), eq(v, '\r'));
+        const __m128i ok = _mm_or_si128(
+            _mm_or_si128(_mm_or_si128(strong, in_range(v, 'a', 'z')), sep),
+            _mm_or_si128(_mm_or_si128(eq(v, '+'), eq(v, '/')),
+                         _mm_or_si128(_mm_or_si128(eq(v, '-'), eq(v, '_')), eq(v, '='))));
+        if (_mm_movemask_epi8(ok) == 0xFFFF && _mm_movemask_epi8(sep) != 0)
+            interesting(k);
+    }
+#else
+    for (std::size_t k = 0; k + 16 <= n; k += 16)
+        interesting(k);
+#endif
+    flush();
+}
+
 struct hs_scratch_closer {
     void operator()(hs_scratch_t* s) const noexcept { hs_free_scratch(s); }
 };
@@ -1626,7 +1674,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
     if (opts_.enabled & (dec_base64 | dec_hex)) {
         std::string joined;
         variant_status st = variant_status::ok;
-        spaced_groups(d, n, [&](std::size_t b, std::size_t e) {
+        spaced_regions(d, n, [&](std::size_t b, std::size_t e) {
             if (st != variant_status::ok)
                 return;
             joined.clear();
