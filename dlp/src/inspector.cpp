@@ -96,7 +96,7 @@ bool inspector::take(variant_status st, std::vector<variant_finding>& found,
     case variant_status::bad_encoding:
         failed.kind = verdict_kind::deny;
         failed.status = 400;
-        failed.reason = "bad_request";
+        failed.reason = "bad_encoding";
         return false;
     case variant_status::scanner_error:
         failed = internal_error();

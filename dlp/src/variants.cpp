@@ -828,6 +828,135 @@ std::size_t next_piece_end(const unsigned char* d, std::size_t q, std::size_t j,
     return std::min(q, j);
 }
 
+// Runs of equal groups of base64-alphabet bytes (and '=' at the very end), 4 to 76
+// bytes each, separated by one space, LF or CRLF, the last group possibly shorter: two
+// groups or more and 24 alphabet bytes or more. Calls on_span(begin, end) for each.
+// Separators are found 16 bytes at a time; the per-group work only runs at separators,
+// and the alphabet test only for a run of equal lengths (ordinary words rarely line up).
+template <class OnSpan>
+void spaced_groups(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
+    constexpr std::size_t min_group = 4;
+    constexpr std::size_t max_group = 76;
+    std::size_t group_len = 0; // the streak's group length
+    std::size_t groups = 0;    // full groups in the streak
+    std::size_t start = 0;     // first byte of the streak
+    std::size_t last_end = 0;  // end of the streak's last full group
+    std::size_t gbegin = 0;    // first byte of the current group
+    // The streak ends before the group [gb, ge), which may be its shorter last group.
+    const auto close = [&](std::size_t gb, std::size_t ge) {
+        if (groups == 0)
+            return;
+        std::size_t end = last_end;
+        std::size_t total = groups * group_len;
+        // A shorter last group, unless the last full one ended in padding.
+        if (ge > gb && ge - gb < group_len && d[last_end - 1] != '=') {
+            end = ge;
+            total += ge - gb;
+        }
+        // Two groups at least; one full group and a shorter one only at a line width
+        // (two words of 12 and 13 letters are common, a 20-letter word is not).
+        if (total < 24 || (groups == 1 && (end == last_end || group_len < 20)))
+            return;
+        // Alphabet bytes and separators only; '=' (padding) only in the last 2 bytes.
+        for (std::size_t k = start; k < end; ++k) {
+            const unsigned char ch = d[k];
+            if (!(cls[ch] & k_b64) && ch != ' ' && ch != '\n' && ch != '\r' &&
+                !(ch == '=' && k + 2 >= end)) {
+                if (end == last_end || k < last_end)
+                    return;
+                end = last_end; // the last group is not part of it
+                break;
+            }
+        }
+        on_span(start, end);
+    };
+    const auto at_separator = [&](std::size_t k) {
+        std::size_t ge = k;
+        if (d[k] == '\n' && ge > gbegin && d[ge - 1] == '\r')
+            --ge;
+        const std::size_t len = ge - gbegin;
+        if (groups > 0 && len == group_len) {
+            ++groups;
+            last_end = ge;
+        } else {
+            close(gbegin, ge);
+            group_len = len;
+            groups = len >= min_group && len <= max_group ? 1 : 0;
+            start = gbegin;
+            last_end = ge;
+        }
+        gbegin = k + 1;
+    };
+    std::size_t k = 0;
+#if defined(__SSE2__)
+    for (; k + 16 <= n; k += 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + k));
+        unsigned m =
+            static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(eq(v, ' '), eq(v, '\n'))));
+        while (m != 0) {
+            at_separator(k + static_cast<unsigned>(__builtin_ctz(m)));
+            m &= m - 1;
+        }
+    }
+#endif
+    for (; k < n; ++k)
+        if (d[k] == ' ' || d[k] == '\n')
+            at_separator(k);
+    if (groups > 0 && n - gbegin == group_len) {
+        ++groups;
+        last_end = n;
+    }
+    close(gbegin, n);
+}
+
+// Where spaced_groups() can find something: around each aligned 16-byte block made only
+// of base64-alphabet bytes, '=' and separators, holding a separator and 5 or more
+// capitals or digits (prose and JSON rarely are; spaced base64 of 24+ characters always
+// covers such a block). Regions are the blocks plus 96 bytes either side, merged; the
+// per-separator work runs only there.
+template <class OnSpan>
+void spaced_regions(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
+    constexpr std::size_t margin = 96;
+    std::size_t rb = npos;
+    std::size_t re = 0;
+    const auto flush = [&] {
+        if (rb != npos)
+            spaced_groups(d + rb, re - rb,
+                          [&](std::size_t b, std::size_t e) { on_span(rb + b, rb + e); });
+    };
+    const auto interesting = [&](std::size_t k) {
+        const std::size_t b = k > margin ? k - margin : 0;
+        const std::size_t e = std::min(n, k + 16 + margin);
+        if (rb != npos && b <= re) {
+            re = e;
+            return;
+        }
+        flush();
+        rb = b;
+        re = e;
+    };
+#if defined(__SSE2__)
+    for (std::size_t k = 0; k + 16 <= n; k += 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + k));
+        const __m128i strong = _mm_or_si128(in_range(v, 'A', 'Z'), in_range(v, '0', '9'));
+        const unsigned sm = static_cast<unsigned>(_mm_movemask_epi8(strong));
+        if (__builtin_popcount(sm) < 5)
+            continue;
+        const __m128i sep = _mm_or_si128(_mm_or_si128(eq(v, ' '), eq(v, '\n')), eq(v, '\r'));
+        const __m128i ok = _mm_or_si128(
+            _mm_or_si128(_mm_or_si128(strong, in_range(v, 'a', 'z')), sep),
+            _mm_or_si128(_mm_or_si128(eq(v, '+'), eq(v, '/')),
+                         _mm_or_si128(_mm_or_si128(eq(v, '-'), eq(v, '_')), eq(v, '='))));
+        if (_mm_movemask_epi8(ok) == 0xFFFF && _mm_movemask_epi8(sep) != 0)
+            interesting(k);
+    }
+#else
+    for (std::size_t k = 0; k + 16 <= n; k += 16)
+        interesting(k);
+#endif
+    flush();
+}
+
 struct hs_scratch_closer {
     void operator()(hs_scratch_t* s) const noexcept { hs_free_scratch(s); }
 };
@@ -1060,8 +1189,15 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 return st;
             }
         }
-        if (!mostly_printable(decoded))
-            return variant_status::ok;
+        if (!mostly_printable(decoded)) {
+            // Binary from hex (a key store, a blob with a key's base64 appended): the
+            // next depth looks for encoded text inside it. Short runs (hashes) are noise.
+            // Not `useful`: the other alignment of a misaligned run is still tried.
+            if (step != "hex" || decoded.size() < min_binary_run)
+                return variant_status::ok;
+            std::string mine = std::move(decoded);
+            return try_decoded(mine, step, chain, depth, o, l, c);
+        }
         useful = true;
         std::string mine = std::move(decoded); // the recursion reuses `decoded`
         return try_decoded(mine, step, chain, depth, o, l, c);
@@ -1308,13 +1444,11 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                     if (decode::base64(data.substr(i, end - i), decoded)) {
                         if (!charge(decoded.size()))
                             return variant_status::over_budget;
+                        // Scanned at the next depth with its own candidates: base64 or
+                        // hex of the key inside the binary is decoded again.
                         const auto [o, l] = where(i, end);
-                        const std::size_t saved = chain.size();
-                        if (!chain.empty())
-                            chain += '>';
-                        chain += "base64";
-                        auto st = scan_buffer(decoded, chain, o, l, c, nullptr);
-                        chain.resize(saved);
+                        std::string mine = std::move(decoded);
+                        auto st = try_decoded(mine, "base64", chain, depth, o, l, c);
                         if (st != variant_status::ok)
                             return st;
                     }
@@ -1535,6 +1669,37 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
     }
     if (na_begin != npos)
         na_regions.emplace_back(na_begin, na_end);
+    // Base64 or hex cut into equal groups by single spaces or line breaks ("Z2hw X2Fi ...",
+    // a space every 12 characters): the groups joined and decoded as one run.
+    if (opts_.enabled & (dec_base64 | dec_hex)) {
+        std::string joined;
+        variant_status st = variant_status::ok;
+        spaced_regions(d, n, [&](std::size_t b, std::size_t e) {
+            if (st != variant_status::ok)
+                return;
+            joined.clear();
+            bool all_hex = true;
+            for (std::size_t k = b; k < e; ++k)
+                if (cls[d[k]] & k_b64) {
+                    joined += static_cast<char>(d[k]);
+                    all_hex = all_hex && is_hex(d[k]);
+                }
+            if (!count()) {
+                st = variant_status::over_budget;
+                return;
+            }
+            bool useful = false;
+            if (all_hex && joined.size() % 2 == 0 && joined.size() >= min_hex_run &&
+                (opts_.enabled & dec_hex)) {
+                if (decode::hex(joined, decoded))
+                    st = binary("hex", b, e, useful);
+            } else if ((opts_.enabled & dec_base64) && decode::base64(joined, decoded)) {
+                st = binary("base64", b, e, useful);
+            }
+        });
+        if (st != variant_status::ok)
+            return st;
+    }
     // Context around folded text: a label in look-alike letters ("сard:") belongs with
     // the ASCII value after it.
     constexpr std::size_t context = 128;
@@ -1662,6 +1827,76 @@ variant_status variant_scanner::scan_url(std::string_view target, std::string_vi
     return st;
 }
 
+// Leftovers of a decoder (decode::leftovers): each scanned as "<chain>>leftover", then
+// opened when it is itself compressed: the same coding again (a second brotli or DEFLATE
+// stream after the first) and any gzip/zstd stream inside it, to a nesting of 3.
+variant_status variant_scanner::scan_leftovers(const std::vector<std::string>& parts,
+                                               std::string_view coding, const std::string& prefix,
+                                               std::size_t nest, ctx& c) {
+    std::string chain;
+    std::string inflated;
+    for (const auto& part : parts) {
+        chain = prefix + ">leftover";
+        auto st = process(part, chain, 0, 0, npos, c);
+        if (st != variant_status::ok)
+            return st;
+        if (!opts_.decoders || nest >= 3)
+            continue;
+        const std::string base = chain;
+        decode::leftovers sub;
+        const auto rc = decode::content(coding, part, decode_room(), inflated, &sub);
+        if (rc == decode::inflate_status::over_limit)
+            return variant_status::over_budget;
+        if (rc != decode::inflate_status::unknown && !inflated.empty()) {
+            if (!charge(inflated.size()))
+                return variant_status::over_budget;
+            chain = base + ">" + lower(coding);
+            st = process(inflated, chain, 0, 0, npos, c);
+            if (st == variant_status::ok && !sub.empty())
+                st = scan_leftovers(sub, coding, chain, nest + 1, c);
+            if (st != variant_status::ok)
+                return st;
+        }
+        st = scan_embedded(part, base, c, true);
+        if (st != variant_status::ok)
+            return st;
+    }
+    return variant_status::ok;
+}
+
+// gzip members and zstd frames that start after other bytes ("junk" + gzip stream): the
+// magic is 3-4 bytes, so text rarely holds one, and a false start fails within bytes.
+variant_status variant_scanner::scan_embedded(std::string_view data, const std::string& prefix,
+                                              ctx& c, bool leftover) {
+    std::string inflated;
+    std::string chain;
+    for (const std::size_t off : decode::magic_offsets(data, 17)) {
+        if (off == 0 && !leftover)
+            continue; // sniffed by the caller
+        std::string_view name;
+        decode::leftovers left;
+        const auto rc = decode::sniffed(data.substr(off), decode_room(), inflated, name, &left);
+        if (rc == decode::inflate_status::over_limit)
+            return variant_status::over_budget;
+        if (inflated.empty() && left.empty())
+            continue;
+        if (!charge(inflated.size()))
+            return variant_status::over_budget;
+        chain = prefix;
+        if (!chain.empty())
+            chain += '>';
+        if (!leftover)
+            chain += "embedded>";
+        chain += name;
+        auto st = process(inflated, chain, 0, 0, npos, c);
+        if (st == variant_status::ok && !left.empty())
+            st = scan_leftovers(left, name, chain, 1, c);
+        if (st != variant_status::ok)
+            return st;
+    }
+    return variant_status::ok;
+}
+
 variant_status variant_scanner::scan_body(std::string_view body, std::string_view content_type,
                                           std::string_view content_encoding,
                                           std::vector<variant_finding>& out) {
@@ -1671,9 +1906,17 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
     c.out = &out;
     std::string chain;
 
-    // Content-Encoding: codings are listed in the order applied; undo from the last.
+    // Content-Encoding: codings are listed in the order applied; undo from the last. The
+    // bytes as sent are scanned too: whatever a decoder skips (header fields, bytes after
+    // the end of a stream) still reaches a detector.
     std::string decoded_body;
     std::string_view data = body;
+    struct leftover {
+        std::string bytes;
+        std::string coding; // of the decoder that left them
+        std::string chain;  // the decode chain up to that decoder
+    };
+    std::vector<leftover> pending;
     {
         std::vector<std::string_view> codings;
         std::size_t p = 0;
@@ -1685,8 +1928,10 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
             p = q + 1;
         }
         std::string next;
+        decode::leftovers left;
         for (auto it = codings.rbegin(); it != codings.rend(); ++it) {
-            const auto rc = decode::content(*it, data, decode_room(), next);
+            left.clear();
+            const auto rc = decode::content(*it, data, decode_room(), next, &left);
             if (rc == decode::inflate_status::over_limit)
                 return variant_status::over_budget;
             if (rc != decode::inflate_status::ok)
@@ -1698,11 +1943,23 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
             if (!chain.empty())
                 chain += '>';
             chain += lower(*it) == "x-gzip" ? "gzip" : lower(*it);
+            for (auto& part : left)
+                pending.push_back({std::move(part), std::string(*it), chain});
         }
     }
     const std::string prefix = chain;
 
     auto st = process(data, chain, 0, 0, npos, c);
+    // The decoded body first: a secret in both views is reported with its decode chain.
+    if (st == variant_status::ok && data.data() != body.data()) {
+        chain.clear();
+        st = process(body, chain, 0, 0, npos, c);
+    }
+    for (const auto& p : pending) {
+        if (st != variant_status::ok)
+            break;
+        st = scan_leftovers({p.bytes}, p.coding, p.chain, 0, c);
+    }
     if (st != variant_status::ok || !opts_.decoders)
         return st;
 
@@ -1719,7 +1976,8 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
     {
         std::string inflated;
         std::string_view name;
-        const auto rc = decode::sniffed(data, decode_room(), inflated, name);
+        decode::leftovers left;
+        const auto rc = decode::sniffed(data, decode_room(), inflated, name, &left);
         if (rc == decode::inflate_status::over_limit)
             return variant_status::over_budget;
         if (rc != decode::inflate_status::unknown && !inflated.empty()) {
@@ -1730,6 +1988,15 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
             if (st != variant_status::ok)
                 return st;
         }
+        if (rc != decode::inflate_status::unknown && !left.empty()) {
+            step(name);
+            st = scan_leftovers(left, name, chain, 0, c);
+            if (st != variant_status::ok)
+                return st;
+        }
+        st = scan_embedded(data, prefix, c, false);
+        if (st != variant_status::ok)
+            return st;
     }
     std::string buf;
     if ((ct == "application/json" || (ct.size() > 5 && ct.ends_with("+json"))) &&

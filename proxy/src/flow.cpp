@@ -9,6 +9,7 @@
 #include "websocket_relay.hpp"
 
 #include "sluice/detectors/scanner.hpp"
+#include "sluice/dlp/body_stream.hpp"
 #include "sluice/dlp/caller.hpp"
 #include "sluice/dlp/hostname.hpp"
 #include "sluice/dlp/inspector.hpp"
@@ -749,17 +750,17 @@ struct stream_outcome {
     stream_end end = stream_end::done;
     dlp::verdict verdict;        // when denied
     std::uint64_t unread = 0;    // body bytes the client has yet to send (denied, upstream)
-    std::uint64_t forwarded = 0; // body bytes written upstream (whole windows)
+    std::uint64_t forwarded = 0; // body bytes written upstream
 };
 
-// Relays a Content-Length body larger than `dlp.max_body` (`large_bodies: stream`),
-// scanning it in windows before each is forwarded. The last `overlap` bytes of every
-// window are held back and scanned again at the front of the next, so a secret that
-// straddles two windows is found before any of it leaves; only bytes scanned with that
-// much following context (or the end of the body) are sent. Memory is one window per
-// flow whatever the body's size. A finding that denies stops the relay: the origin is
-// left with a truncated request and the connection is dropped by the caller. Findings
-// with action log are added to `findings` (offsets are body offsets).
+// Relays a Content-Length body larger than `dlp.max_body` (`large_bodies: stream`): each
+// window read from the client goes to a dlp::body_stream, which scans it (with the tail
+// of the previous window in front, and decoded when it is or holds a compressed stream)
+// and says how much of the body may leave; only that is written upstream. Memory is one
+// window per flow whatever the body's size. A window that cannot be released at all
+// (a compressed block larger than the window) is refused, 413 `decode_budget`. A finding
+// that denies stops the relay: the origin is left with a truncated request and the
+// connection is dropped by the caller. Findings with action log are added to `findings`.
 template <class ClientStream, class UpstreamStream>
 net::awaitable<stream_outcome>
 stream_request_body(ClientStream& client, beast::flat_buffer& cbuf, UpstreamStream& upstream,
@@ -768,8 +769,13 @@ stream_request_body(ClientStream& client, beast::flat_buffer& cbuf, UpstreamStre
     const std::size_t limit = std::max<std::size_t>(policy.dlp.max_body, 2);
     const std::size_t overlap = std::min<std::size_t>(8 * 1024, limit / 4);
     const std::size_t window = std::min<std::size_t>(256 * 1024, limit);
+    dlp::variant_options vo;
+    vo.protect = fc.gen->protect;
+    // Identity-coded only (run_exchange refuses other codings before streaming).
+    dlp::body_stream bs(policy, thread_scanner(fc.gen->settings->rules), std::move(vo), {}, window,
+                        overlap);
     std::vector<char> buf(window);
-    std::size_t held = 0;   // carried tail at buf[0..held): scanned, not yet forwarded
+    std::size_t held = 0;   // buf[0..held): fed to the inspection, not yet released
     std::uint64_t base = 0; // body offset of buf[0]
     std::uint64_t remaining = length;
     for (;;) {
@@ -792,27 +798,24 @@ stream_request_body(ClientStream& client, beast::flat_buffer& cbuf, UpstreamStre
             fill += n;
             remaining -= n;
         }
+        std::size_t send = remaining == 0 ? fill : fill - std::min(overlap, fill);
         if (inspect) {
             auto scan_started = std::chrono::steady_clock::now();
-            dlp::variant_options vo;
-            vo.protect = fc.gen->protect;
-            dlp::inspector ins(policy, thread_scanner(fc.gen->settings->rules), std::move(vo));
-            dlp::verdict v = ins.on_body(std::string_view(buf.data(), fill));
+            auto r = bs.feed(std::string_view(buf.data() + held, fill - held), remaining == 0);
             if (fc.state->stats)
                 count_scan(*fc.state->stats, scan_started, fill - held);
-            for (auto& f : v.findings) {
-                f.offset += base;
-                // The carried tail is scanned twice: a finding inside it is already listed.
-                bool seen = std::any_of(findings.begin(), findings.end(), [&](const auto& g) {
-                    return g.rule == f.rule && g.offset == f.offset && g.variant == f.variant;
-                });
-                if (!seen)
-                    findings.push_back(f);
-            }
-            if (v.kind != dlp::verdict_kind::forward)
+            findings.insert(findings.end(), r.v.findings.begin(), r.v.findings.end());
+            if (r.v.kind != dlp::verdict_kind::forward)
+                co_return stream_outcome{stream_end::denied, std::move(r.v), remaining, base};
+            send = static_cast<std::size_t>(std::min<std::uint64_t>(r.releasable - base, fill));
+            if (send == 0 && fill == buf.size() && remaining > 0) {
+                dlp::verdict v;
+                v.kind = dlp::verdict_kind::deny;
+                v.status = 413;
+                v.reason = "decode_budget";
                 co_return stream_outcome{stream_end::denied, std::move(v), remaining, base};
+            }
         }
-        const std::size_t send = remaining == 0 ? fill : fill - std::min(overlap, fill);
         if (send > 0) {
             beast::get_lowest_layer(upstream).expires_after(upstream_io_timeout);
             auto [ec, n] =
@@ -918,8 +921,8 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
     // declared length over the limit is refused before a byte of it is read, unless the
     // policy streams large bodies (`dlp.large_bodies: stream`): then the body is scanned
     // in windows as it is relayed (stream_request_body). Only an identity-coded body of an
-    // allowed (not supervised) request streams: a compressed stream cannot be decoded in
-    // windows, and a held request cannot hold a stream.
+    // allowed (not supervised) request streams (a compressed stream inside it is decoded
+    // across windows by dlp::body_stream), and a held request cannot hold a stream.
     const std::uint64_t declared_length = hp.content_length().value_or(0);
     bool streamed = false;
     if (hp.content_length() && declared_length > policy.dlp.max_body) {

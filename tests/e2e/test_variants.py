@@ -220,7 +220,7 @@ class variants_test(unittest.TestCase):
         m = tp.marker()
         r = self.send("/ce-unknown-%s" % m, {"Content-Encoding": "lzma"}, body)
         self.assertEqual(r.status, 400, r.body[:300])
-        self.assertEqual(r.json().get("reason"), "bad_request")
+        self.assertEqual(r.json().get("reason"), "bad_encoding")
         self.assertEqual(tp.S.origin.requests_for(m), [])
 
     def test_gzip_bomb_is_413_with_bounded_memory(self):

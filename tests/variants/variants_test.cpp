@@ -460,7 +460,7 @@ TEST_F(variants_test, content_encodings_plain_and_stacked) {
     EXPECT_TRUE(clean.findings.empty());
     auto unknown = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "lzma"}}, body);
     EXPECT_EQ(unknown.status, 400);
-    EXPECT_EQ(unknown.reason, "bad_request");
+    EXPECT_EQ(unknown.reason, "bad_encoding");
     auto garbage = inspect("/v1/x", "api.example.com", {{"Content-Encoding", "br"}}, body);
     EXPECT_EQ(garbage.status, 400);
 }

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstring>
+#include <iterator>
 #include <memory>
 
 namespace sluice::dlp::decode {
@@ -40,99 +42,357 @@ bool append(std::string& out, const unsigned char* p, std::size_t n, std::size_t
     return true;
 }
 
-// windowBits: 15+32 = zlib or gzip (auto), -15 = raw DEFLATE. gzip may have several
-// members back to back (RFC 1952 2.2); they are decoded in turn.
-inflate_status zlib_inflate(std::string_view in, int window_bits, std::size_t limit,
-                            std::string& out) {
+constexpr std::size_t leftover_cap = 1u << 20;
+constexpr std::size_t gzip_field_cap = 64 * 1024; // FEXTRA is at most 65535 bytes
+
+bool zstd_magic(const unsigned char* b, std::size_t n) noexcept {
+    return n >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd;
+}
+bool gzip_magic(const unsigned char* b, std::size_t n) noexcept {
+    return n >= 3 && b[0] == 0x1f && b[1] == 0x8b && b[2] == 8;
+}
+
+// RFC 1950 section 2.2: CM=8, CINFO<=7, (CMF*256+FLG) % 31 == 0, no preset dictionary.
+bool zlib_header(unsigned char b0, unsigned char b1) noexcept {
+    return (b0 & 0x0f) == 8 && (b0 >> 4) <= 7 && ((b0 << 8) | b1) % 31 == 0 && !(b1 & 0x20);
+}
+
+} // namespace
+
+enum class coding_kind { none, gzip, zlib, raw, auto_deflate, br, zstd };
+
+struct stream_decoder::impl {
+    coding_kind kind = coding_kind::none;
+    bool init = false;
+    bool ended = false;
+    bool between = false; // gzip: a member ended exactly where the input seen so far ends
+    bool keep = false;
+    bool harvested = false;
+    std::size_t consumed = 0;
+    std::size_t last = 1; // zstd: 0 once a frame is complete and flushed
+    std::string first;    // "deflate": a first byte, until the second says which form
     z_stream zs{};
-    if (inflateInit2(&zs, window_bits) != Z_OK)
-        return inflate_status::error;
-    std::unique_ptr<z_stream, decltype(&inflateEnd)> guard(&zs, inflateEnd);
-    std::array<unsigned char, chunk> buf;
-    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-    zs.avail_in = static_cast<uInt>(std::min<std::size_t>(in.size(), UINT32_MAX));
-    for (;;) {
-        zs.next_out = buf.data();
-        zs.avail_out = static_cast<uInt>(buf.size());
-        const int rc = inflate(&zs, Z_NO_FLUSH);
-        if (!append(out, buf.data(), buf.size() - zs.avail_out, limit))
-            return inflate_status::over_limit;
-        if (rc == Z_STREAM_END) {
-            if (zs.avail_in == 0)
-                return inflate_status::ok;
-            if (window_bits < 0 || static_cast<unsigned char>(*zs.next_in) != 0x1f)
-                return inflate_status::ok; // trailing garbage after the stream: ignore
-            if (inflateReset(&zs) != Z_OK)
-                return inflate_status::error;
-            continue;
+    gz_header gh{};
+    std::string extra, name, comment;
+    BrotliDecoderState* br = nullptr;
+    ZSTD_DCtx* zd = nullptr;
+    leftovers left;
+
+    ~impl() {
+        if (init &&
+            (kind == coding_kind::gzip || kind == coding_kind::zlib || kind == coding_kind::raw))
+            inflateEnd(&zs);
+        if (br)
+            BrotliDecoderDestroyInstance(br);
+        if (zd)
+            ZSTD_freeDCtx(zd);
+    }
+
+    void add_left(const unsigned char* p, std::size_t n, bool trailing) {
+        if (!keep || n == 0)
+            return;
+        if (!trailing || left.empty() || !trailing_open)
+            left.emplace_back();
+        trailing_open = trailing;
+        auto& s = left.back();
+        s.append(reinterpret_cast<const char*>(p), std::min(n, leftover_cap - s.size()));
+    }
+    bool trailing_open = false;
+
+    // The gzip header of the current member, once zlib has read all of it.
+    void harvest() {
+        if (kind != coding_kind::gzip || harvested || gh.done != 1)
+            return;
+        harvested = true;
+        if (gh.extra && gh.extra_len > 0)
+            add_left(gh.extra, std::min<std::size_t>(gh.extra_len, gh.extra_max), false);
+        for (const Bytef* f : {gh.name, gh.comment})
+            if (f) {
+                const auto* c = reinterpret_cast<const char*>(f);
+                add_left(f, strnlen(c, gzip_field_cap), false);
+            }
+    }
+
+    bool start_zlib(int window_bits) {
+        if (inflateInit2(&zs, window_bits) != Z_OK)
+            return false;
+        init = true;
+        if (kind == coding_kind::gzip && keep) {
+            extra.assign(gzip_field_cap, '\0');
+            name.assign(gzip_field_cap + 1, '\0');
+            comment.assign(gzip_field_cap + 1, '\0');
+            reset_header();
         }
-        if (rc == Z_BUF_ERROR && zs.avail_in == 0)
-            return inflate_status::error; // truncated
-        if (rc != Z_OK && rc != Z_BUF_ERROR)
+        return true;
+    }
+    void reset_header() {
+        harvested = false;
+        if (kind != coding_kind::gzip || !keep)
+            return;
+        gh = gz_header{};
+        gh.extra = reinterpret_cast<Bytef*>(extra.data());
+        gh.extra_max = static_cast<uInt>(gzip_field_cap);
+        gh.name = reinterpret_cast<Bytef*>(name.data());
+        gh.name_max = static_cast<uInt>(gzip_field_cap);
+        gh.comment = reinterpret_cast<Bytef*>(comment.data());
+        gh.comm_max = static_cast<uInt>(gzip_field_cap);
+        std::fill(name.begin(), name.end(), '\0');
+        std::fill(comment.begin(), comment.end(), '\0');
+        inflateGetHeader(&zs, &gh);
+    }
+
+    bool start(const unsigned char* p, std::size_t n) {
+        if (kind == coding_kind::auto_deflate) {
+            if (n < 2)
+                return true; // decide when two bytes are there
+            kind = zlib_header(p[0], p[1]) ? coding_kind::zlib : coding_kind::raw;
+        }
+        switch (kind) {
+        case coding_kind::gzip:
+            return start_zlib(15 + 32);
+        case coding_kind::zlib:
+            return start_zlib(15);
+        case coding_kind::raw:
+            return start_zlib(-15);
+        case coding_kind::br:
+            br = BrotliDecoderCreateInstance(nullptr, nullptr, nullptr);
+            init = br != nullptr;
+            return init;
+        case coding_kind::zstd:
+            zd = ZSTD_createDCtx();
+            if (!zd)
+                return false;
+            // Bound the window (memory the decoder may allocate) to 8 MiB (RFC 8878
+            // recommends that HTTP decoders support at least 8 MB windows).
+            ZSTD_DCtx_setParameter(zd, ZSTD_d_windowLogMax, 23);
+            init = true;
+            return true;
+        default:
+            return false;
+        }
+    }
+
+    inflate_status feed_zlib(const unsigned char* p, std::size_t n, std::size_t limit,
+                             std::string& out) {
+        std::array<unsigned char, chunk> buf;
+        bool more_output = false;
+        for (;;) {
+            if (ended) {
+                add_left(p, n, true);
+                return inflate_status::ok;
+            }
+            if (n == 0 && !more_output)
+                return inflate_status::ok;
+            if (between) {
+                if (n == 0)
+                    return inflate_status::ok;
+                // RFC 1952 section 2.2: members back to back. Anything else ends the body.
+                if (p[0] != 0x1f) {
+                    ended = true;
+                    continue;
+                }
+                if (inflateReset(&zs) != Z_OK)
+                    return inflate_status::error;
+                reset_header();
+                between = false;
+            }
+            zs.next_in = const_cast<Bytef*>(p);
+            zs.avail_in = static_cast<uInt>(std::min<std::size_t>(n, UINT32_MAX));
+            zs.next_out = buf.data();
+            zs.avail_out = static_cast<uInt>(buf.size());
+            const uInt before = zs.avail_in;
+            const int rc = inflate(&zs, Z_NO_FLUSH);
+            const std::size_t used = before - zs.avail_in;
+            const std::size_t produced = buf.size() - zs.avail_out;
+            p += used;
+            n -= used;
+            consumed += used;
+            harvest();
+            if (!append(out, buf.data(), produced, limit))
+                return inflate_status::over_limit;
+            more_output = zs.avail_out == 0;
+            if (rc == Z_STREAM_END) {
+                more_output = false;
+                if (kind == coding_kind::gzip)
+                    between = true;
+                else
+                    ended = true;
+                continue;
+            }
+            if (rc == Z_BUF_ERROR && used == 0 && produced == 0) {
+                if (n == 0)
+                    return inflate_status::ok;
+                return inflate_status::error;
+            }
+            if (rc != Z_OK && rc != Z_BUF_ERROR)
+                return inflate_status::error;
+        }
+    }
+
+    inflate_status feed_br(const unsigned char* p, std::size_t n, std::size_t limit,
+                           std::string& out) {
+        std::array<unsigned char, chunk> buf;
+        for (;;) {
+            if (ended) {
+                add_left(p, n, true);
+                return inflate_status::ok;
+            }
+            std::size_t avail_in = n;
+            const std::uint8_t* next_in = p;
+            std::size_t avail_out = buf.size();
+            std::uint8_t* next_out = buf.data();
+            const auto rc = BrotliDecoderDecompressStream(br, &avail_in, &next_in, &avail_out,
+                                                          &next_out, nullptr);
+            const std::size_t used = n - avail_in;
+            p += used;
+            n -= used;
+            consumed += used;
+            if (!append(out, buf.data(), buf.size() - avail_out, limit))
+                return inflate_status::over_limit;
+            if (rc == BROTLI_DECODER_RESULT_SUCCESS) {
+                ended = true;
+                continue;
+            }
+            if (rc == BROTLI_DECODER_RESULT_NEEDS_MORE_OUTPUT)
+                continue;
+            if (rc == BROTLI_DECODER_RESULT_NEEDS_MORE_INPUT)
+                return inflate_status::ok;
             return inflate_status::error;
+        }
+    }
+
+    inflate_status feed_zstd(const unsigned char* p, std::size_t n, std::size_t limit,
+                             std::string& out) {
+        std::array<unsigned char, chunk> buf;
+        ZSTD_inBuffer ib{p, n, 0};
+        for (;;) {
+            ZSTD_outBuffer ob{buf.data(), buf.size(), 0};
+            const std::size_t before = ib.pos;
+            const std::size_t rc = ZSTD_decompressStream(zd, &ob, &ib);
+            consumed += ib.pos - before;
+            if (ZSTD_isError(rc))
+                return inflate_status::error;
+            last = rc;
+            if (!append(out, buf.data(), ob.pos, limit))
+                return inflate_status::over_limit;
+            // Input consumed and the decoder had room to spare: nothing more to flush.
+            if (ib.pos == ib.size && ob.pos < ob.size)
+                return inflate_status::ok;
+        }
+    }
+};
+
+stream_decoder::stream_decoder(std::string_view coding)
+    : impl_(std::make_unique<impl>()) {
+    coding = trim(coding);
+    if (iequals(coding, "gzip") || iequals(coding, "x-gzip"))
+        impl_->kind = coding_kind::gzip;
+    else if (iequals(coding, "deflate"))
+        impl_->kind = coding_kind::auto_deflate;
+    else if (iequals(coding, "zlib")) // internal: zlib wrapper only
+        impl_->kind = coding_kind::zlib;
+    else if (iequals(coding, "raw-deflate")) // internal: raw DEFLATE only
+        impl_->kind = coding_kind::raw;
+    else if (iequals(coding, "br"))
+        impl_->kind = coding_kind::br;
+    else if (iequals(coding, "zstd"))
+        impl_->kind = coding_kind::zstd;
+}
+
+stream_decoder::~stream_decoder() = default;
+stream_decoder::stream_decoder(stream_decoder&&) noexcept = default;
+stream_decoder& stream_decoder::operator=(stream_decoder&&) noexcept = default;
+
+bool stream_decoder::valid() const noexcept {
+    return impl_ && impl_->kind != coding_kind::none;
+}
+
+void stream_decoder::keep_leftovers(bool on) noexcept {
+    impl_->keep = on;
+}
+
+leftovers& stream_decoder::left() noexcept {
+    return impl_->left;
+}
+
+bool stream_decoder::ended() const noexcept {
+    return impl_->ended;
+}
+
+std::size_t stream_decoder::consumed() const noexcept {
+    return impl_->consumed;
+}
+
+inflate_status stream_decoder::feed(std::string_view in, std::size_t limit, std::string& out) {
+    auto& s = *impl_;
+    if (s.kind == coding_kind::none)
+        return inflate_status::unknown;
+    const auto* p = reinterpret_cast<const unsigned char*>(in.data());
+    if (!s.init) {
+        if (in.empty())
+            return inflate_status::ok;
+        if (s.kind == coding_kind::auto_deflate && s.first.size() + in.size() < 2) {
+            s.first.append(in); // the form is decided on two bytes
+            return inflate_status::ok;
+        }
+        if (!s.first.empty()) {
+            std::string joined = s.first;
+            joined.append(in);
+            s.first.clear();
+            return feed(joined, limit, out);
+        }
+        if (!s.start(p, in.size()))
+            return inflate_status::error;
+    }
+    switch (s.kind) {
+    case coding_kind::br:
+        return s.feed_br(p, in.size(), limit, out);
+    case coding_kind::zstd:
+        return s.feed_zstd(p, in.size(), limit, out);
+    default:
+        return s.feed_zlib(p, in.size(), limit, out);
     }
 }
 
-inflate_status brotli(std::string_view in, std::size_t limit, std::string& out) {
-    std::unique_ptr<BrotliDecoderState, decltype(&BrotliDecoderDestroyInstance)> st(
-        BrotliDecoderCreateInstance(nullptr, nullptr, nullptr), BrotliDecoderDestroyInstance);
-    if (!st)
-        return inflate_status::error;
-    std::array<unsigned char, chunk> buf;
-    std::size_t avail_in = in.size();
-    const auto* next_in = reinterpret_cast<const std::uint8_t*>(in.data());
-    for (;;) {
-        std::size_t avail_out = buf.size();
-        std::uint8_t* next_out = buf.data();
-        const auto rc = BrotliDecoderDecompressStream(st.get(), &avail_in, &next_in, &avail_out,
-                                                      &next_out, nullptr);
-        if (!append(out, buf.data(), buf.size() - avail_out, limit))
-            return inflate_status::over_limit;
-        if (rc == BROTLI_DECODER_RESULT_SUCCESS)
-            return inflate_status::ok;
-        if (rc == BROTLI_DECODER_RESULT_NEEDS_MORE_OUTPUT)
-            continue;
-        return inflate_status::error; // error or truncated (needs more input)
-    }
+inflate_status stream_decoder::finish() const noexcept {
+    const auto& s = *impl_;
+    if (!s.init)
+        return inflate_status::error; // an empty stream is not a stream
+    if (s.kind == coding_kind::zstd)
+        return s.last == 0 ? inflate_status::ok : inflate_status::error;
+    return s.ended || s.between ? inflate_status::ok : inflate_status::error;
 }
 
-inflate_status zstd(std::string_view in, std::size_t limit, std::string& out) {
-    std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)> ctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-    if (!ctx)
-        return inflate_status::error;
-    // Bound the window (memory the decoder may allocate) to 8 MiB (RFC 8878 recommends
-    // that HTTP decoders support at least 8 MB windows).
-    ZSTD_DCtx_setParameter(ctx.get(), ZSTD_d_windowLogMax, 23);
-    std::array<unsigned char, chunk> buf;
-    ZSTD_inBuffer ib{in.data(), in.size(), 0};
-    std::size_t last = 1;
-    while (ib.pos < ib.size) {
-        ZSTD_outBuffer ob{buf.data(), buf.size(), 0};
-        last = ZSTD_decompressStream(ctx.get(), &ob, &ib);
-        if (ZSTD_isError(last))
-            return inflate_status::error;
-        if (!append(out, buf.data(), ob.pos, limit))
-            return inflate_status::over_limit;
-        if (last == 0 && ib.pos == ib.size)
-            return inflate_status::ok;
-        if (ob.pos == 0 && ib.pos == ib.size)
-            break;
-    }
-    // Input consumed: flush what the decoder still holds.
-    for (;;) {
-        ZSTD_outBuffer ob{buf.data(), buf.size(), 0};
-        last = ZSTD_decompressStream(ctx.get(), &ob, &ib);
-        if (ZSTD_isError(last))
-            return inflate_status::error;
-        if (!append(out, buf.data(), ob.pos, limit))
-            return inflate_status::over_limit;
-        if (last == 0)
-            return inflate_status::ok;
-        if (ob.pos == 0)
-            return inflate_status::error; // truncated frame
-    }
+namespace {
+
+inflate_status one_shot(std::string_view coding, std::string_view in, std::size_t limit,
+                        std::string& out, leftovers* left) {
+    stream_decoder d(coding);
+    d.keep_leftovers(left != nullptr);
+    auto rc = d.feed(in, limit, out);
+    if (rc == inflate_status::ok)
+        rc = d.finish();
+    if (left)
+        for (auto& part : d.left())
+            left->push_back(std::move(part));
+    return rc;
 }
 
+// The payloads of the zstd skippable frames in `in` (RFC 8878 section 3.1.2: magic
+// 0x184D2A5?, a 4-byte little-endian size, then that many bytes); frame sizes come from
+// libzstd, which knows both frame kinds.
+void zstd_skippable(std::string_view in, leftovers& left) {
+    std::size_t pos = 0;
+    while (pos + 8 <= in.size()) {
+        const std::size_t fs = ZSTD_findFrameCompressedSize(in.data() + pos, in.size() - pos);
+        if (ZSTD_isError(fs) || fs == 0)
+            return;
+        const auto* b = reinterpret_cast<const unsigned char*>(in.data() + pos);
+        if ((b[0] & 0xf0) == 0x50 && b[1] == 0x2a && b[2] == 0x4d && b[3] == 0x18 && fs > 8)
+            left.emplace_back(in.substr(pos + 8, std::min(fs - 8, leftover_cap)));
+        pos += fs;
+    }
+}
 } // namespace
 
 bool looks_compressed(std::string_view d) noexcept {
@@ -146,50 +406,79 @@ bool looks_compressed(std::string_view d) noexcept {
     if (d.size() >= 4 && b0 == 0x28 && b1 == 0xb5 && static_cast<unsigned char>(d[2]) == 0x2f &&
         static_cast<unsigned char>(d[3]) == 0xfd)
         return true;
-    // zlib: CM=8, CINFO<=7, (CMF*256+FLG) % 31 == 0, no preset dictionary.
-    return (b0 & 0x0f) == 8 && (b0 >> 4) <= 7 && ((b0 << 8) | b1) % 31 == 0 && !(b1 & 0x20);
+    return zlib_header(b0, b1);
+}
+
+std::vector<std::size_t> magic_offsets(std::string_view data, std::size_t max) {
+    std::vector<std::size_t> at;
+    const auto* b = reinterpret_cast<const unsigned char*>(data.data());
+    const std::size_t n = data.size();
+    // The next 0x1f and the next 0x28 at or after i, each found once per occurrence.
+    const auto next = [&](unsigned char c, std::size_t i) -> std::size_t {
+        const void* h = i < n ? std::memchr(b + i, c, n - i) : nullptr;
+        return h ? static_cast<std::size_t>(static_cast<const unsigned char*>(h) - b) : n;
+    };
+    std::size_t g = next(0x1f, 0);
+    std::size_t z = next(0x28, 0);
+    while (at.size() < max) {
+        const std::size_t k = std::min(g, z);
+        if (k >= n)
+            break;
+        if (gzip_magic(b + k, n - k) || zstd_magic(b + k, n - k))
+            at.push_back(k);
+        if (k == g)
+            g = next(0x1f, k + 1);
+        if (k == z)
+            z = next(0x28, k + 1);
+    }
+    return at;
 }
 
 inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
-                       std::string_view& name) {
+                       std::string_view& name, leftovers* left) {
     out.clear();
     const auto* b = reinterpret_cast<const unsigned char*>(in.data());
-    if (in.size() >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd) {
+    if (zstd_magic(b, in.size())) {
         name = "zstd";
-        return zstd(in, limit, out);
+        return content("zstd", in, limit, out, left);
     }
-    if (in.size() >= 3 && b[0] == 0x1f && b[1] == 0x8b && b[2] == 8) {
+    if (gzip_magic(b, in.size())) {
         name = "gzip";
-        return zlib_inflate(in, 15 + 32, limit, out);
+        return one_shot("gzip", in, limit, out, left);
     }
     if (looks_compressed(in)) {
         // zlib only: raw DEFLATE has no magic, and text can start like a zlib header.
         name = "deflate";
-        return zlib_inflate(in, 15, limit, out);
+        return one_shot("zlib", in, limit, out, left);
     }
     return inflate_status::unknown;
 }
 
 inflate_status content(std::string_view coding, std::string_view in, std::size_t limit,
-                       std::string& out) {
+                       std::string& out, leftovers* left) {
     out.clear();
     coding = trim(coding);
-    if (iequals(coding, "gzip") || iequals(coding, "x-gzip"))
-        return zlib_inflate(in, 15 + 32, limit, out);
+    if (iequals(coding, "gzip") || iequals(coding, "x-gzip") || iequals(coding, "br"))
+        return one_shot(coding, in, limit, out, left);
     if (iequals(coding, "deflate")) {
         // RFC 9110 says zlib wrapper; some servers and clients send raw DEFLATE.
         if (looks_compressed(in)) {
-            const auto rc = zlib_inflate(in, 15, limit, out);
-            if (rc != inflate_status::error)
+            leftovers mine;
+            const auto rc = one_shot("zlib", in, limit, out, left ? &mine : nullptr);
+            if (rc != inflate_status::error) {
+                if (left)
+                    std::move(mine.begin(), mine.end(), std::back_inserter(*left));
                 return rc;
+            }
             out.clear();
         }
-        return zlib_inflate(in, -15, limit, out);
+        return one_shot("raw-deflate", in, limit, out, left);
     }
-    if (iequals(coding, "br"))
-        return brotli(in, limit, out);
-    if (iequals(coding, "zstd"))
-        return zstd(in, limit, out);
+    if (iequals(coding, "zstd")) {
+        if (left)
+            zstd_skippable(in, *left);
+        return one_shot(coding, in, limit, out, nullptr);
+    }
     if (iequals(coding, "identity")) {
         if (in.size() > limit)
             return inflate_status::over_limit;

@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sluice::dlp::decode {
 
@@ -47,20 +49,70 @@ enum class inflate_status {
     unknown,    ///< unknown coding name
 };
 
+/// Bytes of a coded body that a decoder does not turn into output, each a copy of input
+/// bytes, in input order: the gzip header fields FEXTRA, FNAME and FCOMMENT of every member
+/// (RFC 1952 section 2.3.1), the payload of every zstd skippable frame (RFC 8878 section
+/// 3.1.2), and whatever follows the end of the last gzip member, zlib/DEFLATE stream or
+/// brotli stream (RFC 7932 section 9.1 ends a stream at ISLAST; the bytes after it are
+/// not part of it). zstd bytes after the last frame that are not a frame are an `error`.
+/// The caller scans them: no byte of a body is skipped because a decoder skipped it.
+using leftovers = std::vector<std::string>;
+
 /// One Content-Encoding step: "gzip"/"x-gzip" (multi-member), "deflate" (zlib wrapper,
 /// else raw DEFLATE), "br", "zstd", "identity" (copy). `coding` is matched
 /// case-insensitively without surrounding blanks. Output is produced in bounded chunks:
-/// memory and time are O(limit) whatever the compression ratio.
+/// memory and time are O(limit) whatever the compression ratio. When `left` is not null
+/// it receives the leftovers (see `leftovers`); they do not count against `limit`.
 inflate_status content(std::string_view coding, std::string_view in, std::size_t limit,
-                       std::string& out);
+                       std::string& out, leftovers* left = nullptr);
 
 /// A compressed stream recognised by its magic, for bytes that came without a
 /// Content-Encoding: zstd (28 b5 2f fd), gzip (1f 8b 08) or zlib (CMF/FLG check). `name`
 /// is set to "zstd", "gzip" or "deflate"; `unknown` when no magic matches. On `error`
 /// (truncated or corrupt stream) `out` holds what was decoded before the fault, which is
-/// still worth scanning. Bounded by `limit` like content().
+/// still worth scanning. Bounded by `limit` like content(); `left` as for content().
 inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
-                       std::string_view& name);
+                       std::string_view& name, leftovers* left = nullptr);
+
+/// Offsets in `data` where a gzip member (1f 8b 08) or a zstd frame (28 b5 2f fd) starts
+/// a stream, in order, at most `max` of them: compressed bytes hidden after other bytes.
+std::vector<std::size_t> magic_offsets(std::string_view data, std::size_t max);
+
+/// One Content-Encoding decoder fed a body piece by piece (a streamed body, RFC 9112
+/// chunks, windows): the same codings and the same output bound as content(), with one
+/// zlib/brotli/zstd state for the whole stream, so a stream split anywhere decodes to the
+/// same bytes as whole. "deflate" picks the zlib wrapper when the first two bytes pass its
+/// header check (RFC 1950 section 2.2), else raw DEFLATE (RFC 1951). After the stream ends
+/// (ended()), further bytes are not decoded (gzip: unless they start another member).
+/// Not thread safe; movable, not copyable. Never throws except std::bad_alloc.
+class stream_decoder {
+public:
+    /// An unknown coding gives a decoder whose valid() is false.
+    explicit stream_decoder(std::string_view coding);
+    ~stream_decoder();
+    stream_decoder(stream_decoder&&) noexcept;
+    stream_decoder& operator=(stream_decoder&&) noexcept;
+
+    bool valid() const noexcept;
+    /// Decodes the next bytes of the stream, appending to `out` (not cleared). `limit`
+    /// bounds out.size() (over_limit stops there). `error`: malformed input, the decoder
+    /// is then unusable. `ok`: every byte of `in` was consumed.
+    inflate_status feed(std::string_view in, std::size_t limit, std::string& out);
+    /// End of input: `ok` when the last stream is complete, else `error` (truncated).
+    inflate_status finish() const noexcept;
+    /// True once the (last) stream ended; bytes fed after that are leftovers.
+    bool ended() const noexcept;
+    /// Input bytes consumed as stream data (not counting leftovers).
+    std::size_t consumed() const noexcept;
+    /// Leftovers collected so far (gzip header fields, bytes after the end) when built
+    /// with keep_leftovers(true); each capped at 1 MiB.
+    leftovers& left() noexcept;
+    void keep_leftovers(bool on) noexcept;
+
+private:
+    struct impl;
+    std::unique_ptr<impl> impl_;
+};
 
 /// True if `data` starts like a gzip member (1f 8b 08), a zstd frame (28 b5 2f fd, RFC 8878
 /// section 3.1.1) or a zlib stream (CMF/FLG check).

@@ -66,7 +66,8 @@ struct verdict {
 ///   `internal` — fail closed, never forward unscanned bytes;
 /// - the decode budget (variants.hpp) was exceeded, including a decompression bomb:
 ///   deny, 413 `decode_budget`;
-/// - the body's Content-Encoding is unknown or malformed: deny, 400 `bad_request`.
+/// - the body's Content-Encoding is unknown or malformed (truncated stream, bytes that
+///   are not a stream): deny, 400 `bad_encoding`.
 /// Findings are filtered by `dlp.detectors` (rule id, category or "all") and `dlp.ignore`
 /// (same rule and the same value, compared by fingerprint). Every location goes through
 /// the variant pipeline (variants.hpp): `variant` is "raw" or the decode chain, and

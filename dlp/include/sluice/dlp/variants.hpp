@@ -79,7 +79,7 @@ struct variant_options {
 enum class variant_status {
     ok,
     over_budget,   ///< a budget was exceeded: deny 413 `decode_budget`
-    bad_encoding,  ///< unknown or malformed Content-Encoding: deny 400 `bad_request`
+    bad_encoding,  ///< unknown or malformed Content-Encoding: deny 400 `bad_encoding`
     scanner_error, ///< Hyperscan internal error: deny 500 `internal`
 };
 
@@ -121,7 +121,12 @@ public:
     /// unknown or malformed -> bad_encoding; over budget -> over_budget), then scanned as
     /// text and extracted by Content-Type (JSON strings and keys, form names and values,
     /// multipart parts with their Content-Transfer-Encoding, event-stream data). Location
-    /// "body".
+    /// "body". A coded body is also scanned as it is on the wire (variant "raw"), and every
+    /// decoder leftover (decode::leftovers: gzip header fields, zstd skippable frames,
+    /// bytes after the end of a stream) is scanned as variant "<coding>>leftover", and
+    /// decoded again when it holds a further stream ("gzip>leftover>gzip"). gzip and zstd
+    /// streams that start after other bytes of the (decoded) body are opened too (variant
+    /// "embedded>gzip"; at most 16 per body).
     variant_status scan_body(std::string_view body, std::string_view content_type,
                              std::string_view content_encoding, std::vector<variant_finding>& out);
 
@@ -150,6 +155,10 @@ private:
                               std::size_t outer_off, std::size_t outer_len, ctx& c);
     variant_status try_decoded(std::string_view decoded, std::string_view step, std::string& chain,
                                std::size_t depth, std::size_t off, std::size_t len, ctx& c);
+    variant_status scan_leftovers(const std::vector<std::string>& parts, std::string_view coding,
+                                  const std::string& prefix, std::size_t nest, ctx& c);
+    variant_status scan_embedded(std::string_view data, const std::string& prefix, ctx& c,
+                                 bool leftover);
     bool charge(std::size_t decoded_bytes) noexcept;
     std::size_t decode_room() const noexcept;
 

@@ -1,0 +1,91 @@
+// Inspection of a body that is relayed as it arrives instead of being held whole
+// (`dlp.large_bodies: stream`, and later WebSocket messages): one window/tail mechanism.
+//
+// The body is fed in pieces of any size. Every byte is scanned with the inspector's rules
+// and decoders before the caller may forward it, with `overlap` bytes of the previous
+// piece scanned again in front of the next, so a secret that straddles two pieces is
+// found before any of it is released. A compressed stream is decoded across pieces with
+// one decoder state (decode::stream_decoder): the declared Content-Encoding from the
+// first byte, and any gzip member or zstd frame whose magic appears anywhere in the raw
+// bytes (a compressed file sent without Content-Encoding, or after other bytes); the
+// decoded bytes get the same window/tail discipline. A raw byte is released only when
+// the decoded bytes it produced have `overlap` bytes of decoded context scanned after them.
+//
+// Thread safety: one body_stream per body, on the thread that owns the scanner. Never
+// throws: an exception inside (allocation) becomes a deny 500 `internal` verdict.
+#pragma once
+
+#include "sluice/detectors/scanner.hpp"
+#include "sluice/dlp/inspector.hpp"
+#include "sluice/dlp/policy.hpp"
+#include "sluice/dlp/variants.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace sluice::dlp {
+
+namespace decode {
+class stream_decoder;
+}
+
+class body_stream {
+public:
+    /// True when a body with this Content-Encoding (all fields joined with ", ") can be
+    /// inspected as a stream: none, `identity`, or one of gzip, x-gzip, deflate, br, zstd.
+    /// Stacked or unknown codings cannot (the caller refuses them, 413 or 400).
+    static bool can_stream(std::string_view content_encoding) noexcept;
+
+    /// `p` and `s` must outlive the stream. `window` is the largest piece the caller feeds
+    /// (bytes); `overlap` (bytes, < window) the context carried between pieces; it must be
+    /// at least the longest secret a rule matches (8 KiB in the proxy).
+    body_stream(const policy& p, detectors::scanner& s, variant_options o,
+                std::string_view content_encoding, std::size_t window, std::size_t overlap);
+    ~body_stream();
+    body_stream(const body_stream&) = delete;
+    body_stream& operator=(const body_stream&) = delete;
+
+    struct result {
+        /// forward, or the verdict that stops the body: 403 `dlp_finding` (supervise
+        /// too), 400 `bad_encoding` (the declared coding is malformed or truncated), 413
+        /// `decode_budget` (decoded bytes over the budget), 500 `internal`. Findings
+        /// (this call's new ones; offsets are body offsets, or offsets in the decoded
+        /// stream for a variant that starts with the coding name) are in `verdict.findings`.
+        verdict v;
+        /// Raw body bytes from the start of the body that may be forwarded now (never
+        /// decreases; equals the bytes fed once `last` was fed without a deny).
+        std::uint64_t releasable = 0;
+    };
+
+    /// Feeds the next raw bytes of the body as received (at most `window` at a time);
+    /// `last` when no more follow.
+    result feed(std::string_view data, bool last);
+
+private:
+    struct decoded_state;
+    bool scan(std::string_view bytes, std::uint64_t base, std::string_view coding, result& r);
+    bool run_decoder(std::string_view raw, std::uint64_t raw_at, bool last, result& r);
+    bool scan_decoded(std::string_view fresh, bool last, result& r);
+    std::uint64_t decoded_release() const noexcept;
+
+    const policy& policy_;
+    detectors::scanner& scanner_;
+    variant_options opts_;
+    std::size_t window_;
+    std::size_t overlap_;
+    std::string declared_; ///< the declared coding ("" for identity)
+    std::string raw_tail_; ///< last `overlap` raw bytes, scanned, in front of the next piece
+    std::uint64_t fed_ = 0;
+    std::uint64_t released_ = 0;
+    std::uint64_t sniff_from_ = 0; ///< raw offset where the magic search goes on
+    std::unique_ptr<decoded_state> dec_;
+    std::vector<finding_record> seen_; ///< findings reported so far (tails are rescanned)
+};
+
+} // namespace sluice::dlp

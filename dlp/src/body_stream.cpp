@@ -1,0 +1,223 @@
+// A streamed body: raw pieces scanned with a carried tail, compressed streams decoded
+// across pieces, release held back until both views have scanned past a byte. Each scan
+// uses a fresh inspector, so the variant budget is per piece as for a whole body.
+#include "sluice/dlp/body_stream.hpp"
+
+#include "sluice/dlp/decode.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace sluice::dlp {
+
+namespace {
+
+constexpr std::size_t slice = 16 * 1024; // raw bytes per decoder step (release granularity)
+
+std::string coding_name(std::string_view c) {
+    std::string out;
+    for (char ch : c)
+        if (ch != ' ' && ch != '\t')
+            out += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return out == "x-gzip" ? "gzip" : out;
+}
+
+verdict deny(int status, std::string reason) {
+    verdict v;
+    v.kind = verdict_kind::deny;
+    v.status = status;
+    v.reason = std::move(reason);
+    return v;
+}
+
+} // namespace
+
+struct body_stream::decoded_state {
+    explicit decoded_state(std::string_view c)
+        : dec(c)
+        , coding(coding_name(c)) {}
+    decode::stream_decoder dec;
+    std::string coding; ///< variant prefix: gzip, deflate, br, zstd
+    bool declared = false;
+    std::uint64_t raw_start = 0; ///< raw offset where the stream starts
+    std::uint64_t raw_next = 0;  ///< raw offset of the next byte to feed
+    std::uint64_t total = 0;     ///< decoded bytes produced (and scanned)
+    std::string tail;            ///< last `overlap` decoded bytes, scanned
+    std::uint64_t tail_base = 0; ///< decoded offset of tail[0]
+    std::uint64_t safe_raw = 0;  ///< raw bytes whose decoded bytes have full context
+    std::deque<std::pair<std::uint64_t, std::uint64_t>> marks; ///< (raw end, total then)
+};
+
+bool body_stream::can_stream(std::string_view ce) noexcept {
+    const std::string c = coding_name(ce);
+    return c.empty() || c == "identity" || c == "gzip" || c == "deflate" || c == "br" ||
+           c == "zstd";
+}
+
+body_stream::body_stream(const policy& p, detectors::scanner& s, variant_options o,
+                         std::string_view content_encoding, std::size_t window, std::size_t overlap)
+    : policy_(p)
+    , scanner_(s)
+    , opts_(std::move(o))
+    , window_(std::max<std::size_t>(window, 2))
+    , overlap_(std::min(overlap, window_ / 2)) {
+    declared_ = coding_name(content_encoding);
+    if (declared_ == "identity")
+        declared_.clear();
+}
+
+body_stream::~body_stream() = default;
+
+bool body_stream::scan(std::string_view bytes, std::uint64_t base, std::string_view coding,
+                       result& r) {
+    inspector ins(policy_, scanner_, opts_);
+    verdict v = ins.on_body(bytes);
+    for (auto& f : v.findings) {
+        f.offset += base;
+        if (!coding.empty())
+            f.variant = std::string(coding) + (f.variant == "raw" ? "" : ">" + f.variant);
+        const bool seen = std::any_of(seen_.begin(), seen_.end(), [&](const auto& g) {
+            return g.rule == f.rule && g.offset == f.offset && g.variant == f.variant;
+        });
+        if (!seen) {
+            seen_.push_back(f);
+            r.v.findings.push_back(std::move(f));
+        }
+    }
+    if (v.kind == verdict_kind::forward)
+        return true;
+    r.v.kind = v.kind;
+    r.v.status = v.status;
+    r.v.reason = std::move(v.reason);
+    return false;
+}
+
+// Decoded bytes in windows with the decoded tail carried in front, like the raw bytes.
+bool body_stream::scan_decoded(std::string_view fresh, bool last, result& r) {
+    auto& d = *dec_;
+    if (fresh.empty() && !last)
+        return true;
+    std::string buf = d.tail;
+    buf += fresh;
+    const std::uint64_t base = d.tail_base;
+    for (std::size_t pos = 0;; pos += window_ - overlap_) {
+        const std::string_view piece = std::string_view(buf).substr(pos, window_);
+        if (!scan(piece, base + pos, d.coding, r))
+            return false;
+        if (pos + window_ >= buf.size())
+            break;
+    }
+    const std::size_t keep = std::min(overlap_, buf.size());
+    d.tail.assign(buf, buf.size() - keep, keep);
+    d.tail_base = base + buf.size() - keep;
+    return true;
+}
+
+// Feeds the raw bytes [raw_at, raw_at + raw.size()) not yet fed to the stream decoder,
+// starting one where a declared coding or a gzip/zstd magic says a stream begins.
+bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool last, result& r) {
+    const std::uint64_t raw_end = raw_at + raw.size();
+    for (;;) {
+        if (!dec_) {
+            if (!declared_.empty() && raw_at == 0 && sniff_from_ == 0) {
+                dec_ = std::make_unique<decoded_state>(declared_);
+                dec_->declared = true;
+                if (!dec_->dec.valid()) {
+                    r.v = deny(400, "bad_encoding");
+                    return false;
+                }
+            } else {
+                const std::uint64_t from = std::max(sniff_from_, raw_at);
+                if (from >= raw_end)
+                    return true;
+                const auto at = decode::magic_offsets(raw.substr(from - raw_at), 1);
+                if (at.empty()) {
+                    // A magic cut by the end of this piece is found in the carried tail.
+                    sniff_from_ = std::max(from, raw_end - std::min<std::uint64_t>(3, raw_end));
+                    return true;
+                }
+                const std::uint64_t start = from + at.front();
+                const bool zstd = static_cast<unsigned char>(raw[start - raw_at]) == 0x28;
+                dec_ = std::make_unique<decoded_state>(zstd ? "zstd" : "gzip");
+                dec_->raw_start = dec_->raw_next = dec_->safe_raw = start;
+            }
+            if (dec_->declared)
+                sniff_from_ = 1; // the declared stream starts only once
+        }
+        auto& d = *dec_;
+        bool dropped = false;
+        while (d.raw_next < raw_end && !dropped) {
+            const std::uint64_t off = std::max(d.raw_next, raw_at) - raw_at;
+            const std::string_view part =
+                raw.substr(off, std::min<std::size_t>(slice, raw.size() - off));
+            const auto& b = opts_.budget;
+            const std::uint64_t cap = b.decoded_floor + b.decoded_ratio * fed_;
+            const std::size_t room = cap > d.total ? static_cast<std::size_t>(cap - d.total) : 0;
+            std::string out;
+            const auto rc = d.dec.feed(part, room, out);
+            d.raw_next = raw_at + off + part.size();
+            d.total += out.size();
+            if (!scan_decoded(out, false, r))
+                return false;
+            d.marks.emplace_back(d.raw_next, d.total);
+            while (!d.marks.empty() && d.marks.front().second + overlap_ <= d.total) {
+                d.safe_raw = d.marks.front().first;
+                d.marks.pop_front();
+            }
+            if (rc == decode::inflate_status::over_limit) {
+                r.v = deny(413, "decode_budget");
+                return false;
+            }
+            if (rc != decode::inflate_status::ok) {
+                if (d.declared) {
+                    r.v = deny(400, "bad_encoding");
+                    return false;
+                }
+                // Not a stream after all (or it breaks off): scanned as far as it decoded;
+                // the magic search goes on after its first byte.
+                sniff_from_ = d.raw_start + 1;
+                dropped = true;
+            } else if (d.dec.ended()) {
+                sniff_from_ = d.raw_start + d.dec.consumed();
+                dropped = true;
+            }
+        }
+        if (!dropped) {
+            if (last && d.declared && d.dec.finish() != decode::inflate_status::ok) {
+                r.v = deny(400, "bad_encoding");
+                return false;
+            }
+            return true;
+        }
+        dec_.reset();
+    }
+}
+
+body_stream::result body_stream::feed(std::string_view data, bool last) {
+    result r;
+    r.releasable = released_; // a deny releases nothing more
+    try {
+        const std::uint64_t at = fed_;
+        fed_ += data.size();
+        std::string buf = raw_tail_;
+        buf += data;
+        const std::uint64_t buf_at = at - raw_tail_.size();
+        if (!scan(buf, buf_at, {}, r))
+            return r;
+        const std::size_t keep = std::min(overlap_, buf.size());
+        raw_tail_.assign(buf, buf.size() - keep, keep);
+        if (!run_decoder(buf, buf_at, last, r))
+            return r;
+        std::uint64_t rel = last ? fed_ : fed_ - std::min<std::uint64_t>(overlap_, fed_);
+        if (dec_ && !last)
+            rel = std::min(rel, dec_->safe_raw);
+        released_ = std::max(released_, rel);
+        r.releasable = released_;
+    } catch (...) {
+        r.v = deny(500, "internal");
+        r.releasable = released_;
+    }
+    return r;
+}
+
+} // namespace sluice::dlp

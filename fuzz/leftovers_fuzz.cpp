@@ -1,0 +1,68 @@
+// Content-Encoding decoders and their leftovers (decode::leftovers) on arbitrary bytes:
+// the first byte picks the coding, the output limit and where the input is split for the
+// streaming decoder. Checks: the output never exceeds the limit; every leftover is a copy
+// of input bytes (a decoder reports only what it was given, never invented or decoded
+// bytes) and at most 1 MiB; decoding in two pieces gives the same status and bytes as in
+// one; magic_offsets reports only real gzip/zstd magics, in order.
+#include "sluice/dlp/decode.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+using namespace sluice::dlp;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    if (size < 2)
+        return 0;
+    static constexpr std::string_view codings[] = {"gzip", "deflate", "br", "zstd"};
+    const unsigned char sel = data[0];
+    const std::string_view in(reinterpret_cast<const char*>(data) + 2, size - 2);
+    const std::string_view coding = codings[sel & 3];
+    const std::size_t limit = std::size_t(1) << (8 + (sel >> 2) % 12); // 256 B .. 512 KiB
+    std::string out;
+    decode::leftovers left;
+    const auto rc = decode::content(coding, in, limit, out, &left);
+    if (out.size() > limit)
+        std::abort();
+    for (const auto& part : left)
+        if (part.size() > (1u << 20) || in.find(part) == std::string_view::npos)
+            std::abort();
+
+    // The streaming decoder, split at data[1] * size / 256, agrees with the one-shot one
+    // (deflate's one-shot form retries raw DEFLATE after a zlib failure; skip that case).
+    if (coding != "deflate" && rc != decode::inflate_status::over_limit) {
+        const std::size_t cut = in.size() * data[1] / 256;
+        decode::stream_decoder d(coding);
+        std::string streamed;
+        auto rs = d.feed(in.substr(0, cut), limit, streamed);
+        if (rs == decode::inflate_status::ok)
+            rs = d.feed(in.substr(cut), limit, streamed);
+        if (rs == decode::inflate_status::ok)
+            rs = d.finish();
+        if (streamed.size() > limit)
+            std::abort();
+        if (rs == decode::inflate_status::ok && rc == decode::inflate_status::ok && streamed != out)
+            std::abort();
+        if ((rs == decode::inflate_status::ok) != (rc == decode::inflate_status::ok))
+            std::abort();
+    }
+
+    std::size_t prev = 0;
+    bool first = true;
+    for (const std::size_t at : decode::magic_offsets(in, 64)) {
+        if (!first && at <= prev)
+            std::abort();
+        const auto* b = reinterpret_cast<const unsigned char*>(in.data()) + at;
+        const bool gz = at + 3 <= in.size() && b[0] == 0x1f && b[1] == 0x8b && b[2] == 8;
+        const bool zs =
+            at + 4 <= in.size() && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd;
+        if (!gz && !zs)
+            std::abort();
+        prev = at;
+        first = false;
+    }
+    return 0;
+}

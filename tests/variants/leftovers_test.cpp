@@ -1,0 +1,248 @@
+// Bytes a decoder skips must still reach a detector (issue 25): a GitHub token after the
+// end of a gzip/zlib/brotli stream, in the gzip header's FEXTRA, FNAME or FCOMMENT, in a
+// zstd skippable frame, in a second member after other bytes; a token in base64 cut into
+// groups by spaces or line breaks; base64 of the token inside base64 of binary bytes.
+// Each case was forwarded (200) before the fix; each is now denied with the reason
+// CONTRACT.md documents. The whole pipeline runs: built-in rules, inspector, variants.
+#include "coders.hpp"
+
+#include "sluice/config/rules_loader.hpp"
+#include "sluice/detectors/ruleset.hpp"
+#include "sluice/detectors/scanner.hpp"
+#include "sluice/dlp/decode.hpp"
+#include "sluice/dlp/inspector.hpp"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+
+using namespace sluice;
+using namespace std::string_literals;
+using namespace sluice::dlp;
+namespace tc = sluice::test_coders;
+
+namespace {
+
+std::shared_ptr<const detectors::ruleset> builtin() {
+    static std::shared_ptr<const detectors::ruleset> rules = [] {
+        auto loaded = config::builtin_rules();
+        EXPECT_TRUE(loaded.has_value());
+        auto compiled =
+            detectors::ruleset::compile(loaded.value_or(std::vector<detectors::rule>{}));
+        EXPECT_TRUE(compiled.has_value());
+        return compiled.value_or(nullptr);
+    }();
+    return rules;
+}
+
+std::string token() {
+    auto loaded = config::builtin_rules();
+    for (const auto& r : loaded.value_or(std::vector<detectors::rule>{}))
+        if (r.id == "github-pat-classic" && !r.examples.empty())
+            return r.examples.front();
+    return {};
+}
+
+class leftovers_test : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_NE(builtin(), nullptr);
+        scanner_.emplace(builtin());
+        tok_ = token();
+        ASSERT_FALSE(tok_.empty());
+    }
+    verdict body(std::string_view content_encoding, std::string_view data,
+                 std::string_view content_type = "application/octet-stream") {
+        inspector ins(pol_, *scanner_);
+        std::vector<header_view> h = {{"Content-Type", content_type}};
+        if (!content_encoding.empty())
+            h.push_back({"Content-Encoding", content_encoding});
+        auto v = ins.on_head({"POST", "/upload", "api.example.com", 443, h});
+        if (v.kind != verdict_kind::forward)
+            return v;
+        return ins.on_body(data);
+    }
+    // 403 dlp_finding naming the token's rule, with the given variant among the findings.
+    void expect_found(const verdict& v, std::string_view variant, std::string_view what) {
+        EXPECT_EQ(v.status, 403) << what << ": " << v.reason;
+        EXPECT_EQ(v.reason, "dlp_finding") << what;
+        bool rule = false;
+        bool chain = variant.empty();
+        for (const auto& f : v.findings) {
+            rule = rule || f.rule == "github-pat-classic";
+            chain = chain || f.variant == variant;
+        }
+        EXPECT_TRUE(rule) << what;
+        std::string got;
+        for (const auto& f : v.findings)
+            got += " " + f.variant;
+        EXPECT_TRUE(chain) << what << ": no finding with variant " << variant << ";" << got;
+    }
+
+    policy pol_;
+    std::optional<detectors::scanner> scanner_;
+    std::string tok_;
+    const std::string text_ = "{\"messages\": [\"hello world, nothing to see\"]}";
+};
+
+} // namespace
+
+TEST_F(leftovers_test, token_after_the_end_of_each_coding_is_scanned) {
+    const std::string tail = "\n" + tok_ + "\n";
+    expect_found(body("gzip", tc::gzip(text_) + tail), "raw", "after gzip");
+    expect_found(body("deflate", tc::zlib(text_) + tail), "raw", "after zlib");
+    expect_found(body("br", tc::brotli(text_) + tail), "raw", "after br");
+    expect_found(body("br", tc::brotli("") + tail), "raw", "after an empty br stream");
+    // The same bytes without the token pass: leftovers alone are no reason to deny.
+    EXPECT_EQ(body("gzip", tc::gzip(text_) + "\n\n").status, 200);
+    EXPECT_EQ(body("br", tc::brotli(text_) + "\n").status, 200);
+}
+
+TEST_F(leftovers_test, gzip_header_fields_are_scanned) {
+    expect_found(body("gzip", tc::gzip(text_, {"xx" + tok_, "", ""})), "", "FEXTRA");
+    expect_found(body("gzip", tc::gzip(text_, {"", tok_ + ".txt", ""})), "", "FNAME");
+    expect_found(body("gzip", tc::gzip(text_, {"", "", "key " + tok_})), "", "FCOMMENT");
+    // A compressed token in FEXTRA is opened: only the leftover view can see it.
+    expect_found(body("gzip", tc::gzip(text_, {tc::gzip(tok_), "", ""})), "gzip>leftover>gzip",
+                 "gzip in FEXTRA");
+    const auto clean = body("gzip", tc::gzip(text_, {"", "notes.txt", "backup"}));
+    EXPECT_EQ(clean.status, 200) << clean.reason;
+}
+
+TEST_F(leftovers_test, zstd_skippable_frames_are_scanned) {
+    expect_found(body("zstd", tc::zstd_skippable(tok_) + tc::zstd(text_)), "", "skippable");
+    expect_found(body("zstd", tc::zstd(text_) + tc::zstd_skippable("k=" + tok_)), "",
+                 "skippable after");
+    expect_found(body("zstd", tc::zstd_skippable(tc::gzip(tok_)) + tc::zstd(text_)),
+                 "zstd>leftover>gzip", "gzip in a skippable frame");
+    EXPECT_EQ(body("zstd", tc::zstd_skippable("meta") + tc::zstd(text_)).status, 200);
+}
+
+TEST_F(leftovers_test, further_members_and_streams_are_decoded) {
+    // A second gzip member after bytes that are not one.
+    expect_found(body("gzip", tc::gzip(text_) + "\0\0junk"s + tc::gzip(tok_)), "gzip>leftover>gzip",
+                 "gzip member after junk");
+    // Back to back members (RFC 1952 section 2.2) were always decoded; still are.
+    expect_found(body("gzip", tc::gzip(text_) + tc::gzip(tok_)), "gzip", "two members");
+    // Enough text in front that the encoders code the token's bytes (a short input is
+    // stored as it is, and the raw scan alone would find it).
+    std::string lines;
+    for (int k = 0; k < 200; ++k)
+        lines += "entry " + std::to_string(k * 7919 % 1000) + " of the log\n";
+    const std::string br2 = tc::brotli(lines + tok_);
+    const std::string zs2 = tc::zstd(lines + tok_);
+    ASSERT_EQ(br2.find(tok_), std::string::npos);
+    ASSERT_EQ(zs2.find(tok_), std::string::npos);
+    // A second brotli stream after the first.
+    expect_found(body("br", tc::brotli(text_) + br2), "br>leftover>br", "second br stream");
+    // A zstd frame after a gzip stream.
+    expect_found(body("gzip", tc::gzip(text_) + zs2), "gzip>leftover>zstd", "zstd after gzip");
+    // No Content-Encoding: a gzip stream after other bytes.
+    expect_found(body("", "header line\n" + tc::gzip(tok_)), "embedded>gzip", "gzip after text");
+    expect_found(body("", tc::gzip(text_) + "pad" + tc::gzip(tok_)), "", "sniffed gzip + gzip");
+}
+
+TEST_F(leftovers_test, malformed_codings_are_bad_encoding) {
+    const std::string gz = tc::gzip(text_);
+    for (const auto& [coding, data] : std::vector<std::pair<std::string, std::string>>{
+             {"gzip", gz.substr(0, gz.size() / 2)},
+             {"br", tc::brotli(text_).substr(0, 5)},
+             {"zstd", tc::zstd(text_) + "garbage after the frame"},
+             {"lzma", text_}}) {
+        const auto v = body(coding, data);
+        EXPECT_EQ(v.status, 400) << coding;
+        EXPECT_EQ(v.reason, "bad_encoding") << coding;
+    }
+}
+
+TEST_F(leftovers_test, spaced_base64_is_joined) {
+    const std::string b = tc::base64(tok_);
+    for (const std::size_t every : {4u, 8u, 12u, 16u, 20u, 40u}) {
+        for (const std::string_view sep : {" ", "\n", "\r\n"}) {
+            const std::string text = "data: " + tc::spaced(b, every, sep) + " end";
+            expect_found(body("", text, "text/plain"), "",
+                         "every " + std::to_string(every) + " sep " + std::to_string(sep.size()) +
+                             (sep == " " ? " space" : " break"));
+        }
+    }
+    // Hex cut into groups of 8 by spaces.
+    std::string hex;
+    for (unsigned char ch : tok_) {
+        static constexpr char d[] = "0123456789abcdef";
+        hex += d[ch >> 4];
+        hex += d[ch & 15];
+    }
+    expect_found(body("", "dump " + tc::spaced(hex, 8, " "), "text/plain"), "", "spaced hex");
+    // Ordinary prose with words of equal length is not a run to decode.
+    EXPECT_EQ(body("", "this that with from have been they will into more", "text/plain").status,
+              200);
+}
+
+TEST_F(leftovers_test, base64_inside_decoded_binary_is_decoded_again) {
+    std::string bin;
+    for (int k = 0; k < 40; ++k)
+        bin += static_cast<char>((k * 131 + 7) % 256 | 0x80);
+    const std::string inner = tc::base64(tok_);
+    expect_found(body("", "blob=" + tc::base64(bin + inner), "text/plain"), "",
+                 "base64(binary + base64(token))");
+    expect_found(body("", "blob=" + tc::base64(bin + inner + bin), "text/plain"), "",
+                 "base64(binary + base64(token) + binary)");
+    // Hex of the same blob.
+    std::string hex;
+    for (unsigned char ch : bin + inner + bin) {
+        static constexpr char d[] = "0123456789abcdef";
+        hex += d[ch >> 4];
+        hex += d[ch & 15];
+    }
+    expect_found(body("", "blob=" + hex, "text/plain"), "", "hex(binary + base64(token))");
+}
+
+TEST(decode_leftovers, content_reports_what_it_skipped) {
+    std::string out;
+    decode::leftovers left;
+    const std::string gz = tc::gzip("abc", {"EXTRA", "NAME", "CMT"});
+    ASSERT_EQ(decode::content("gzip", gz + "tail", 1 << 20, out, &left),
+              decode::inflate_status::ok);
+    EXPECT_EQ(out, "abc");
+    EXPECT_EQ(left, (decode::leftovers{"EXTRA", "NAME", "CMT", "tail"}));
+    left.clear();
+    ASSERT_EQ(
+        decode::content("zstd", tc::zstd_skippable("SKIP") + tc::zstd("abc"), 1 << 20, out, &left),
+        decode::inflate_status::ok);
+    EXPECT_EQ(out, "abc");
+    EXPECT_EQ(left, decode::leftovers{"SKIP"});
+    left.clear();
+    ASSERT_EQ(decode::content("br", tc::brotli("") + "after", 1 << 20, out, &left),
+              decode::inflate_status::ok);
+    EXPECT_EQ(left, decode::leftovers{"after"});
+    EXPECT_EQ(decode::magic_offsets("ab" + tc::gzip("x") + "(" + tc::zstd("y"), 8).size(), 2u);
+}
+
+TEST(decode_leftovers, stream_decoder_matches_one_shot_at_every_split) {
+    std::string text;
+    for (int k = 0; k < 2000; ++k)
+        text += "line " + std::to_string(k * 7919 % 1000) + "\n";
+    for (const auto& [coding, data] : std::vector<std::pair<std::string, std::string>>{
+             {"gzip", tc::gzip(text) + tc::gzip("second")},
+             {"deflate", tc::zlib(text)},
+             {"br", tc::brotli(text)},
+             {"zstd", tc::zstd(text)}}) {
+        std::string whole;
+        ASSERT_EQ(decode::content(coding, data, 1 << 24, whole), decode::inflate_status::ok);
+        for (const std::size_t step : {1u, 7u, 100u, 4096u}) {
+            decode::stream_decoder d(coding);
+            std::string out;
+            for (std::size_t i = 0; i < data.size(); i += step)
+                ASSERT_EQ(d.feed(std::string_view(data).substr(i, step), 1 << 24, out),
+                          decode::inflate_status::ok)
+                    << coding << " step " << step << " at " << i;
+            EXPECT_EQ(d.finish(), decode::inflate_status::ok) << coding << " step " << step;
+            EXPECT_EQ(d.consumed(), data.size()) << coding << " step " << step;
+            EXPECT_EQ(out, whole) << coding << " step " << step;
+        }
+        decode::stream_decoder cut(coding);
+        std::string out;
+        cut.feed(std::string_view(data).substr(0, data.size() / 2), 1 << 24, out);
+        EXPECT_EQ(cut.finish(), decode::inflate_status::error) << coding << " truncated";
+    }
+}
