@@ -838,6 +838,29 @@ struct exchange_target {
     std::string host_header; // authority for the Host field
 };
 
+// The configuration a WebSocket session's next client message is decided under
+// (websocket_relay.hpp): the live generation, the identity still resolving to the same
+// one, and the upgrade's rule (GET on its path) still allowing it. Supervise counts as
+// allowed only for a session whose upgrade a person approved.
+std::optional<ws_live_config> ws_live(flow_context& fc, const exchange_target& tgt,
+                                      std::string_view path, bool approved) {
+    if (!refresh_generation(fc))
+        return std::nullopt;
+    const dlp::policy_rule* rule =
+        dlp::match_rule(*fc.policy, tgt.dest->host, tgt.dest->port, "GET", path, false);
+    if (rule == nullptr || rule->act == dlp::action::deny ||
+        (rule->act == dlp::action::supervise && !approved))
+        return std::nullopt;
+    ws_live_config live;
+    live.keep = fc.gen;
+    live.policy = fc.policy;
+    live.rules = fc.gen->settings->rules;
+    live.variants.protect = fc.gen->protect;
+    live.inspect = rule->inspect || tgt.scheme == "http";
+    live.generation = fc.gen.get();
+    return live;
+}
+
 // Reads the body (answering Expect: 100-continue), inspects, forwards, relays the
 // response, audits. `hp` holds the already-read request head.
 template <class ClientStream, class UpstreamStream>
@@ -1169,6 +1192,11 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         ws.flow = fc.flow;
         ws.stats = fc.state->stats.get();
         ws.audit = [&fc](audit_record r) { return audit(fc, ws_record(fc, std::move(r))); };
+        ws.audit_healthy = [&fc] { return fc.state->audit->healthy(); };
+        ws.generation = fc.gen.get();
+        ws.refresh = [&fc, &tgt, path, approved = rec.approval.has_value()] {
+            return ws_live(fc, tgt, path, approved);
+        };
         ws.masker = &masker;
         if (fc.state->ctl) {
             if (fc.handle)
@@ -1184,6 +1212,7 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
             };
         }
         rec.findings = to_audit(findings);
+        const auto pinned = fc.gen; // `policy` outlives a reload during the session
         if (co_await relay_websocket(client, req, out, *up.stream, ws, rec) ==
             ws_outcome::upstream_failed)
             co_await deny(client, fc, 502, "upstream_connect", rec, findings, false);

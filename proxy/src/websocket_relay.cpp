@@ -71,6 +71,13 @@ ws_message_inspector::ws_message_inspector(const dlp::policy& p,
     , inspector_(policy_, scanner_, std::move(o))
     , tail_bytes_(tail_bytes) {}
 
+void ws_message_inspector::continue_from(const ws_message_inspector& older) {
+    const std::size_t keep = std::min({tail_bytes_, older.tail_len_, older.window_.size()});
+    window_.assign(older.window_, older.window_.size() - keep, keep);
+    tail_len_ = keep;
+    index_ = older.index_;
+}
+
 std::size_t ws_message_inspector::tail_for(const detectors::ruleset& rules) noexcept {
     return std::clamp<std::size_t>(rules.max_width() * 2, 256, 16 * 1024);
 }
@@ -96,9 +103,13 @@ dlp::verdict ws_message_inspector::on_message(std::string_view message) {
             v.reason == "dlp_finding" && v.kind != dlp::verdict_kind::forward;
         v.findings = std::move(mine);
         if (finding_verdict && v.findings.empty()) {
-            // Only the previous message's findings: that one was let through (log), so
-            // this one is too.
-            v = dlp::verdict{};
+            // Only the previous message's findings, which were let through (log, an
+            // approval, or a policy a reload has since replaced). A secret that appears
+            // again in this message is reported once, at its first place in the window:
+            // this message is scanned on its own to find it.
+            v = inspector_.on_body(std::string_view(window_).substr(tail_len_));
+            for (auto& f : v.findings)
+                f.location = location;
         }
         // Carry the tail for the next message.
         const std::size_t keep = std::min(tail_bytes_, window_.size());

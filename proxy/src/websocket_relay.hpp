@@ -19,6 +19,16 @@
 // out, both sides are closed 1008 (record "supervise_denied", reason approval_denied /
 // approval_timeout); a client that leaves withdraws it; a kill closes everything.
 //
+// Every client message is decided under the configuration in force when it arrives
+// (ws_session_context::refresh): after a reload the session's policy, rules and the
+// request rule's `inspect` are the live ones (the carried tail survives the switch), and
+// a session the live configuration no longer allows is closed 1008 (record "deny",
+// reason policy_deny) before that message goes anywhere. A session follows the audit: a
+// message is relayed only while records can be written (ws_session_context::
+// audit_healthy) and after its own record (an approval) was written; otherwise both
+// sides are closed 1011 (record "deny", reason audit_unavailable, counted in
+// sluice_ws_messages_total{decision="deny"}).
+//
 // Audit (CONTRACT.md): one "deny" record per denied message (findings located
 // "ws:message:<n>", n counting client messages from 1), one "allow" record for the
 // session at its end (bytes and message counts both ways). Metric:
@@ -77,6 +87,10 @@ public:
                          dlp::variant_options o, std::size_t tail_bytes);
 
     dlp::verdict on_message(std::string_view message);
+    /// Continues `older`'s session under this inspector's policy and rules (after a
+    /// reload): its message count and the tail it carries, so a secret split across the
+    /// switch is still found.
+    void continue_from(const ws_message_inspector& older);
     /// Messages inspected so far (the index of the last one).
     std::uint64_t count() const noexcept { return index_; }
     /// The tail a session carries for `rules`: twice the widest rule (a base64 wrapping
@@ -93,17 +107,36 @@ private:
     std::uint64_t index_ = 0;
 };
 
+/// The configuration a session's next client message is decided under.
+struct ws_live_config {
+    std::shared_ptr<const void> keep; ///< keeps the generation `policy` and `rules` live in
+    const dlp::policy* policy = nullptr;
+    std::shared_ptr<const detectors::ruleset> rules;
+    dlp::variant_options variants;
+    bool inspect = true;              ///< the request rule's `inspect` (always, for ws://)
+    const void* generation = nullptr; ///< changes when a reload took effect
+};
+
 /// What the flow hands the relay.
 struct ws_session_context {
     const dlp::policy* policy = nullptr;
     std::shared_ptr<const detectors::ruleset> rules;
     dlp::variant_options variants;
-    bool inspect = true;      ///< the request rule's `inspect`
-    std::string flow;         ///< flow id, for X-Sluice-Flow on the 101
-    metrics* stats = nullptr; ///< may be null
+    bool inspect = true;              ///< the request rule's `inspect`
+    const void* generation = nullptr; ///< where policy and rules came from (see refresh)
+    std::string flow;                 ///< flow id, for X-Sluice-Flow on the 101
+    metrics* stats = nullptr;         ///< may be null
     /// Writes one audit record (flow, identity and source filled in by the flow); false
     /// when it could not be written.
     std::function<bool(audit_record)> audit;
+    /// The configuration in force now, asked before each client message; nullopt when the
+    /// live configuration no longer allows this session (identity, policy or the upgrade's
+    /// rule): the session is closed 1008, reason policy_deny. Null: `policy`, `rules`,
+    /// `variants` and `inspect` hold for the whole session (unit tests).
+    std::function<std::optional<ws_live_config>()> refresh;
+    /// False while no audit record can be written (audit_log::healthy); asked before each
+    /// client message is relayed. Null: always healthy.
+    std::function<bool()> audit_healthy;
     /// Brokered secrets to mask in what goes to the client; may be null.
     const dlp::secret_masker* masker = nullptr;
     /// Holds a client message whose verdict is supervise until a person decides

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -43,6 +44,8 @@ bool forwarded_field(std::string_view name);
 
 struct session_state {
     audit_record rec;
+    const void* generation = nullptr; ///< the configuration messages are decided under
+    std::shared_ptr<const void> keep; ///< keeps that configuration live
     std::uint64_t messages_up = 0;
     std::uint64_t messages_down = 0;
     bool closing = false; ///< one side started shutting the session down
@@ -78,104 +81,158 @@ read_message(Ws& ws, beast::flat_buffer& buf, std::size_t max_message) {
     }
 }
 
-// Client to origin: whole messages, each inspected before a byte of it goes upstream.
+// One client message refused: its record, then both sides closed with `why`.
+template <class WsClient, class WsUp>
+net::awaitable<void> refuse_message(WsClient& cl, WsUp& up, ws_session_context& ctx,
+                                    session_state& st, std::string reason,
+                                    std::vector<audit_finding> found, websocket::close_reason why) {
+    st.closing = true;
+    audit_record r = st.rec;
+    r.decision = "deny";
+    r.reason = std::move(reason);
+    r.findings = std::move(found);
+    r.bytes_up = r.bytes_down = 0;
+    if (ctx.stats)
+        ctx.stats->on_ws_message("up", "deny");
+    ctx.audit(std::move(r));
+    co_await close_pair(up, cl, why);
+}
+
+// Before a client message is inspected: the audit can take records, and the live
+// configuration still allows the session. After a reload the inspector is rebuilt under
+// the live policy and rules, carrying the tail. Empty: go on; else why the session ends.
+std::optional<std::string> live_gate(ws_session_context& ctx, session_state& st,
+                                     std::unique_ptr<ws_message_inspector>& ins) {
+    if (ctx.audit_healthy && !ctx.audit_healthy())
+        return "audit_unavailable";
+    if (!ctx.refresh)
+        return std::nullopt;
+    std::optional<ws_live_config> now = ctx.refresh();
+    if (!now)
+        return "policy_deny";
+    if (now->generation == st.generation)
+        return std::nullopt;
+    std::unique_ptr<ws_message_inspector> next;
+    if (now->inspect) {
+        next = std::make_unique<ws_message_inspector>(*now->policy, now->rules, now->variants,
+                                                      ws_message_inspector::tail_for(*now->rules));
+        if (ins)
+            next->continue_from(*ins);
+    }
+    ins = std::move(next);
+    st.generation = now->generation;
+    st.keep = std::move(now->keep);
+    return std::nullopt;
+}
+
+// The verdict on one client message (inspected, held for a person if it must be): true
+// to relay it, false when the session was closed here (its record written).
+template <class WsClient, class WsUp>
+net::awaitable<bool> decide_message(WsClient& cl, WsUp& up, ws_session_context& ctx,
+                                    session_state& st, ws_message_inspector& ins,
+                                    std::string_view msg) {
+    auto started = std::chrono::steady_clock::now();
+    dlp::verdict v = ins.on_message(msg);
+    if (ctx.stats)
+        count_scan(*ctx.stats, started, msg.size());
+    std::vector<audit_finding> found;
+    for (const auto& f : v.findings)
+        found.push_back({f.rule, f.location, f.variant, f.offset, f.fingerprint});
+    if (v.kind == dlp::verdict_kind::supervise && ctx.hold) {
+        auto out = co_await ctx.hold(found);
+        audit_record r = st.rec;
+        r.findings = found;
+        r.bytes_up = r.bytes_down = 0;
+        r.approval = audit_approval{out.id, out.by, out.at, out.reason};
+        using k = approval_outcome::kind;
+        if (out.result == k::approved) {
+            r.decision = "supervise_approved";
+            if (!ctx.audit(std::move(r))) { // not relayed without its record
+                co_await refuse_message(cl, up, ctx, st, "audit_unavailable", {},
+                                        websocket::close_code::internal_error);
+                co_return false;
+            }
+            co_return true; // its findings are recorded with the approval, not again
+        }
+        st.closing = true;
+        r.decision = "supervise_denied";
+        r.reason = out.result == k::denied      ? "approval_denied"
+                   : out.result == k::timed_out ? "approval_timeout"
+                   : out.result == k::withdrawn ? "approval_withdrawn"
+                                                : "killed";
+        if (ctx.stats)
+            ctx.stats->on_ws_message("up", "deny");
+        ctx.audit(std::move(r));
+        if (out.result == k::denied || out.result == k::timed_out) {
+            co_await close_pair(up, cl, websocket::close_code::policy_error);
+        } else {
+            st.interrupted = true;
+            co_await up.async_close(websocket::close_code::going_away, as_tuple);
+        }
+        co_return false;
+    }
+    if (v.kind != dlp::verdict_kind::forward) {
+        std::string reason =
+            v.kind == dlp::verdict_kind::supervise ? "approval_unavailable" : v.reason;
+        co_await refuse_message(cl, up, ctx, st, std::move(reason), std::move(found),
+                                v.status == 500 ? websocket::close_code::internal_error
+                                                : websocket::close_code::policy_error);
+        co_return false;
+    }
+    // Logged findings (on_finding: log) go into the session's record.
+    for (auto& f : found)
+        st.rec.findings.push_back(std::move(f));
+    co_return true;
+}
+
+// A client read that ended the session: the close is passed on to the origin.
+template <class WsClient, class WsUp>
+net::awaitable<void> client_ended(WsClient& cl, WsUp& up, session_state& st,
+                                  boost::system::error_code ec) {
+    if (st.closing)
+        co_return;
+    st.closing = true;
+    if (ec == websocket::error::closed) {
+        // The client closed: pass its code on (not its reason text, unscanned).
+        websocket::close_reason why(cl.reason().code);
+        co_await up.async_close(why, as_tuple);
+    } else if (ec == websocket::error::message_too_big) {
+        // Beast's backstop limit (not reached while read_message checks first).
+        co_await up.async_close(websocket::close_code::too_big, as_tuple);
+    } else {
+        st.interrupted = true;
+        co_await up.async_close(websocket::close_code::going_away, as_tuple);
+    }
+}
+
+// Client to origin: whole messages, each decided under the live configuration and
+// inspected before a byte of it goes upstream.
 template <class WsClient, class WsUp>
 net::awaitable<void> pump_up(WsClient& cl, WsUp& up, ws_session_context& ctx, session_state& st,
-                             ws_message_inspector* ins, std::size_t max_message) {
+                             std::unique_ptr<ws_message_inspector>& ins, std::size_t max_message) {
     beast::flat_buffer buf;
     for (;;) {
         auto [ec, n, too_big] = co_await read_message(cl, buf, max_message);
-        if (too_big) {
-            // 1009 both ways; the message never went upstream.
-            st.closing = true;
-            audit_record r = st.rec;
-            r.decision = "deny";
-            r.reason = "body_too_large";
-            r.bytes_up = r.bytes_down = 0;
-            if (ctx.stats)
-                ctx.stats->on_ws_message("up", "deny");
-            ctx.audit(std::move(r));
-            co_await close_pair(up, cl, websocket::close_code::too_big);
+        if (too_big) { // 1009 both ways; the message never went upstream
+            co_await refuse_message(cl, up, ctx, st, "body_too_large", {},
+                                    websocket::close_code::too_big);
             co_return;
         }
         if (ec) {
-            if (st.closing)
-                co_return;
-            st.closing = true;
-            if (ec == websocket::error::closed) {
-                // The client closed: pass its code on (not its reason text, unscanned).
-                websocket::close_reason why(cl.reason().code);
-                co_await up.async_close(why, as_tuple);
-            } else if (ec == websocket::error::message_too_big) {
-                // Beast's backstop limit (not reached while read_message checks first).
-                co_await up.async_close(websocket::close_code::too_big, as_tuple);
-            } else {
-                st.interrupted = true;
-                co_await up.async_close(websocket::close_code::going_away, as_tuple);
-            }
+            co_await client_ended(cl, up, st, ec);
             co_return;
         }
         const bool text = cl.got_text();
-        if (ins != nullptr) {
-            std::string_view msg(static_cast<const char*>(buf.data().data()), buf.size());
-            auto started = std::chrono::steady_clock::now();
-            dlp::verdict v = ins->on_message(msg);
-            if (ctx.stats)
-                count_scan(*ctx.stats, started, msg.size());
-            std::vector<audit_finding> found;
-            for (const auto& f : v.findings)
-                found.push_back({f.rule, f.location, f.variant, f.offset, f.fingerprint});
-            if (v.kind == dlp::verdict_kind::supervise && ctx.hold) {
-                auto out = co_await ctx.hold(found);
-                audit_record r = st.rec;
-                r.findings = found;
-                r.bytes_up = r.bytes_down = 0;
-                r.approval = audit_approval{out.id, out.by, out.at, out.reason};
-                if (out.result == approval_outcome::kind::approved) {
-                    r.decision = "supervise_approved";
-                    ctx.audit(std::move(r));
-                    v.kind = dlp::verdict_kind::forward;
-                    v.findings.clear(); // recorded with the approval, not again at the end
-                } else {
-                    st.closing = true;
-                    r.decision = "supervise_denied";
-                    using k = approval_outcome::kind;
-                    r.reason = out.result == k::denied      ? "approval_denied"
-                               : out.result == k::timed_out ? "approval_timeout"
-                               : out.result == k::withdrawn ? "approval_withdrawn"
-                                                            : "killed";
-                    if (ctx.stats)
-                        ctx.stats->on_ws_message("up", "deny");
-                    ctx.audit(std::move(r));
-                    if (out.result == k::denied || out.result == k::timed_out) {
-                        co_await close_pair(up, cl, websocket::close_code::policy_error);
-                    } else {
-                        st.interrupted = true;
-                        co_await up.async_close(websocket::close_code::going_away, as_tuple);
-                    }
-                    co_return;
-                }
-            }
-            if (v.kind != dlp::verdict_kind::forward) {
-                st.closing = true;
-                audit_record r = st.rec;
-                r.decision = "deny";
-                r.reason =
-                    v.kind == dlp::verdict_kind::supervise ? "approval_unavailable" : v.reason;
-                r.findings = std::move(found);
-                r.bytes_up = r.bytes_down = 0;
-                if (ctx.stats)
-                    ctx.stats->on_ws_message("up", "deny");
-                ctx.audit(std::move(r));
-                websocket::close_reason why(v.status == 500 ? websocket::close_code::internal_error
-                                                            : websocket::close_code::policy_error);
-                co_await close_pair(up, cl, why);
-                co_return;
-            }
-            // Logged findings (on_finding: log) go into the session's record.
-            for (const auto& f : v.findings)
-                st.rec.findings.push_back({f.rule, f.location, f.variant, f.offset, f.fingerprint});
+        if (auto why = live_gate(ctx, st, ins)) {
+            co_await refuse_message(cl, up, ctx, st, *why, {},
+                                    *why == "audit_unavailable"
+                                        ? websocket::close_code::internal_error
+                                        : websocket::close_code::policy_error);
+            co_return;
         }
+        std::string_view msg(static_cast<const char*>(buf.data().data()), buf.size());
+        if (ins && !co_await decide_message(cl, up, ctx, st, *ins, msg))
+            co_return;
         ++st.messages_up;
         st.rec.bytes_up += n;
         if (ctx.stats)
@@ -353,12 +410,12 @@ relay_websocket(ClientStream& client,
         co_await up.async_close(websocket::close_code::going_away, as_tuple);
         st.interrupted = true;
     } else {
-        std::optional<ws_message_inspector> ins;
+        std::unique_ptr<ws_message_inspector> ins;
         if (ctx.inspect)
-            ins.emplace(*ctx.policy, ctx.rules, ctx.variants,
-                        ws_message_inspector::tail_for(*ctx.rules));
-        co_await (pump_up(cl, up, ctx, st, ins ? &*ins : nullptr, max_message) &&
-                  pump_down(up, cl, ctx, st));
+            ins = std::make_unique<ws_message_inspector>(
+                *ctx.policy, ctx.rules, ctx.variants, ws_message_inspector::tail_for(*ctx.rules));
+        st.generation = ctx.generation;
+        co_await (pump_up(cl, up, ctx, st, ins, max_message) && pump_down(up, cl, ctx, st));
     }
     // A session whose upgrade was approved is recorded as such, like an approved request.
     st.rec.decision = st.rec.approval ? "supervise_approved" : "allow";

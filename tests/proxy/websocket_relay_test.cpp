@@ -98,6 +98,36 @@ TEST(ws_message_inspector, token_split_across_two_messages_is_found) {
     }
 }
 
+TEST(ws_message_inspector, a_reload_between_two_halves_keeps_the_tail_and_the_count) {
+    // The session starts under a policy that only logs, a reload makes findings deny:
+    // the new inspector continues the old one's tail and message count.
+    const auto t = github_token(4);
+    auto before = make(dlp::finding_action::log);
+    EXPECT_EQ(before.on_message("hello").kind, dlp::verdict_kind::forward);
+    EXPECT_EQ(before.on_message("padding " + t.substr(0, 20)).kind, dlp::verdict_kind::forward);
+    auto after = make(dlp::finding_action::deny);
+    after.continue_from(before);
+    EXPECT_EQ(after.count(), 2u);
+    auto v = after.on_message(t.substr(20) + " more");
+    ASSERT_EQ(v.kind, dlp::verdict_kind::deny);
+    ASSERT_TRUE(has_rule(v, "github-pat-classic"));
+    EXPECT_EQ(v.findings.front().location, "ws:message:3");
+    // Without the carried tail the second half alone is nothing.
+    auto fresh = make(dlp::finding_action::deny);
+    EXPECT_EQ(fresh.on_message(t.substr(20) + " more").kind, dlp::verdict_kind::forward);
+    // The same secret again after the reload: the detectors report a repeated secret
+    // once, at its first place (the tail, let through under the old policy), so the
+    // message is looked at on its own too.
+    auto logged = make(dlp::finding_action::log);
+    EXPECT_EQ(logged.on_message("a " + t + " b").kind, dlp::verdict_kind::forward);
+    auto denying = make(dlp::finding_action::deny);
+    denying.continue_from(logged);
+    auto again = denying.on_message("again " + t);
+    ASSERT_EQ(again.kind, dlp::verdict_kind::deny);
+    ASSERT_TRUE(has_rule(again, "github-pat-classic"));
+    EXPECT_EQ(again.findings.front().location, "ws:message:2");
+}
+
 TEST(ws_message_inspector, logged_finding_is_not_reported_again_from_the_tail) {
     auto ins = make(dlp::finding_action::log);
     const auto t = github_token(3);
