@@ -16,10 +16,7 @@ namespace {
 
 sluice::detectors::scanner& shared_scanner() {
     static sluice::detectors::scanner s = [] {
-        auto rules = sluice::config::builtin_rules();
-        if (!rules)
-            std::abort();
-        auto rs = sluice::detectors::ruleset::compile(std::move(*rules));
+        auto rs = sluice::config::builtin_ruleset();
         if (!rs)
             std::abort();
         return sluice::detectors::scanner(*rs);

@@ -25,16 +25,10 @@
 namespace {
 
 std::shared_ptr<const sluice::detectors::ruleset> builtin() {
-    static std::shared_ptr<const sluice::detectors::ruleset> rules = [] {
-        auto loaded = sluice::config::builtin_rules();
-        if (!loaded)
-            std::abort();
-        auto rs = sluice::detectors::ruleset::compile(std::move(*loaded));
-        if (!rs)
-            std::abort();
-        return *rs;
-    }();
-    return rules;
+    auto rules = sluice::config::builtin_ruleset();
+    if (!rules)
+        std::abort();
+    return *rules;
 }
 
 } // namespace

@@ -117,10 +117,13 @@ bool load_file(const std::string& file, sourced_rules& out) {
 }
 
 // Compile errors of a --rules file's rule (a regex Hyperscan or RE2 refuses) are printed
-// at FILE:LINE:COL of its pattern.
+// at FILE:LINE:COL of its pattern. The built-in rules alone load their Hyperscan database
+// from the build-time snapshot; with --rules files the key differs and they compile as
+// usual.
 std::shared_ptr<const detectors::ruleset> compile(std::vector<detectors::rule> rules,
                                                   const std::vector<config::rule_source>& user) {
-    auto rs = detectors::ruleset::compile(std::move(rules));
+    const auto snapshot = config::builtin_database_snapshot();
+    auto rs = detectors::ruleset::compile(std::move(rules), &snapshot);
     if (!rs) {
         for (const auto& d : config::place_rule_errors(rs.error(), user, {"sluice", 0, 0, ""}))
             std::cerr << (d.line > 0 ? d.str() : "sluice: " + d.message) << '\n';
@@ -441,9 +444,12 @@ int cmd_scan(int argc, char** argv) {
         const double mb = static_cast<double>(bytes) / 1e6;
         std::fprintf(stderr,
                      "bytes scanned: %zu\nscan seconds: %.6f\nscan MB/s: %.1f\n"
-                     "rule compile ms: %.1f (%zu rules)\nfile read seconds: %.6f\nfindings: %zu\n",
+                     "rule compile ms: %.1f (%zu rules%s)\nfile read seconds: %.6f\n"
+                     "findings: %zu\n",
                      bytes, scan_s, scan_s > 0 ? mb / scan_s : 0.0, rs->compile_ms(),
-                     rs->rules().size(), read_s, total_findings);
+                     rs->rules().size(),
+                     rs->database_from_snapshot() ? ", Hyperscan database from the snapshot" : "",
+                     read_s, total_findings);
         for (const auto& [rule, n] : per_rule)
             std::fprintf(stderr, "  %s: %zu\n", rule.c_str(), n);
     }

@@ -65,41 +65,6 @@ audit: {path: audit.jsonl, fsync: always}
 logging: {level: info, format: text}
 )";
 
-// --- the compiled built-in rules, once per process ---------------------------------------
-
-struct builtin_result {
-    std::shared_ptr<const detectors::ruleset> rules;
-    diagnostics errors;
-};
-
-const builtin_result& builtin() {
-    // The built-in rules are immutable data embedded in the binary: compiling them once
-    // keeps reloads and tests from paying the Hyperscan compile each time.
-    static const builtin_result result = [] {
-        builtin_result r;
-        try {
-            auto loaded = builtin_rules();
-            if (!loaded) {
-                r.errors = std::move(loaded.error());
-                return r;
-            }
-            auto compiled = detectors::ruleset::compile(std::move(*loaded));
-            if (!compiled) {
-                for (auto& m : compiled.error()) {
-                    r.errors.push_back({"builtin-rules", 0, 0, "rule compile error: " + m});
-                }
-                return r;
-            }
-            r.rules = std::move(*compiled);
-        } catch (const std::exception& e) {
-            r.errors.push_back(
-                {"builtin-rules", 0, 0, std::string("cannot build rules: ") + e.what()});
-        }
-        return r;
-    }();
-    return result;
-}
-
 // --- small parsers ---------------------------------------------------------------------
 
 bool is_digits(std::string_view s) {
@@ -1601,14 +1566,14 @@ private:
                 w_.error(r.mark, r.what + " '" + r.name + "' is not a defined credential");
             }
         }
-        const auto& b = builtin();
-        for (const auto& d : b.errors) {
-            w_.diags().push_back(d);
-        }
-        if (!b.rules) {
+        const auto builtin = builtin_ruleset();
+        if (!builtin) {
+            for (const auto& d : builtin.error()) {
+                w_.diags().push_back(d);
+            }
             return; // rule references cannot be checked without rules; the errors above say why
         }
-        s_.rules = b.rules;
+        s_.rules = *builtin;
         if (!rule_files_.empty() && !user_rules()) {
             return;
         }
@@ -1633,11 +1598,13 @@ private:
 
     // Built-in rules plus every `rule_files` entry, compiled into one ruleset. Problems in
     // a rule file carry that file's line and column; compile problems point at the entry.
+    // Rule files that add no rules leave the shared built-in ruleset in place.
     bool user_rules() {
         auto all = builtin_rules();
         if (!all) {
-            return false; // already reported through builtin()
+            return false; // already reported through builtin_ruleset()
         }
+        const std::size_t builtin_count = all->size();
         bool ok = true;
         std::vector<rule_source> sources; // where each user rule's pattern is
         for (const auto& f : rule_files_) {
@@ -1655,6 +1622,9 @@ private:
         }
         if (!ok) {
             return false;
+        }
+        if (all->size() == builtin_count) {
+            return true;
         }
         auto compiled = detectors::ruleset::compile(std::move(*all));
         if (!compiled) {

@@ -3,8 +3,13 @@
 #include "detail/ruleset_impl.hpp"
 #include "sluice/detectors/validators.hpp"
 
+#include <openssl/evp.h>
+
 #include <chrono>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <type_traits>
@@ -104,6 +109,71 @@ std::string re2_compatible(const std::string& pattern, bool& ok) {
     return out;
 }
 
+// The key commits to everything hs_compile_multi is given (each expression, its flags and
+// its id, which is its index) and to the Hyperscan that compiles it. Ids are included so
+// a snapshot never pairs one rule's database entry with another rule's confirmation.
+// Every field is length-prefixed, so no two rule lists serialize alike.
+std::optional<snapshot_key> key_of(std::span<const rule> rules,
+                                   std::span<const unsigned char> prefilter) {
+    std::string text = "sluice ruleset snapshot 1";
+    auto add_size = [&text](std::uint64_t n) {
+        for (int b = 0; b < 8; ++b)
+            text += static_cast<char>((n >> (8 * b)) & 0xff);
+    };
+    auto add = [&](std::string_view field) {
+        add_size(field.size());
+        text += field;
+    };
+    add(hs_version());
+    add_size(HS_MODE_BLOCK);
+    add_size(rules.size());
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+        add(rules[i].id);
+        add(rules[i].pattern);
+        text += static_cast<char>(prefilter[i]);
+    }
+    snapshot_key key{};
+    unsigned int len = 0;
+    if (EVP_Digest(text.data(), text.size(), key.data(), &len, EVP_sha256(), nullptr) != 1 ||
+        len != key.size())
+        return std::nullopt;
+    return key;
+}
+
+std::optional<database_platform> this_platform() {
+    hs_platform_info_t p{};
+    if (hs_populate_platform(&p) != HS_SUCCESS)
+        return std::nullopt;
+    return database_platform{p.tune, p.cpu_features, p.reserved1, p.reserved2};
+}
+
+// Takes the database from `s` when it was compiled from exactly these rules, by this
+// Hyperscan, for this platform; false leaves `impl` as it was, to be compiled.
+bool load_snapshot(const database_snapshot& s, std::span<const rule> rules,
+                   detail::ruleset_impl& impl) {
+    if (s.database.empty() || s.prefilter.size() != rules.size())
+        return false;
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+        // The compile only ever adds prefilter flags, never removes one that
+        // hs_expression_info made necessary.
+        if (s.prefilter[i] > 1 || (impl.compiled[i].prefilter && s.prefilter[i] == 0))
+            return false;
+    }
+    const auto key = key_of(rules, s.prefilter);
+    const auto here = this_platform();
+    if (!key || *key != s.key || !here || *here != s.platform)
+        return false;
+    hs_database_t* db = nullptr;
+    if (hs_deserialize_database(reinterpret_cast<const char*>(s.database.data()), s.database.size(),
+                                &db) != HS_SUCCESS)
+        return false;
+    impl.db.reset(db);
+    for (std::size_t i = 0; i < rules.size(); ++i)
+        impl.compiled[i].prefilter = s.prefilter[i] != 0;
+    impl.from_snapshot = true;
+    return true;
+}
+
 } // namespace
 
 ruleset::ruleset(std::unique_ptr<detail::ruleset_impl> impl)
@@ -119,9 +189,37 @@ std::size_t ruleset::max_width() const noexcept {
 double ruleset::compile_ms() const noexcept {
     return impl_->compile_ms;
 }
+bool ruleset::database_from_snapshot() const noexcept {
+    return impl_->from_snapshot;
+}
+
+std::expected<saved_database, std::string> ruleset::save() const try {
+    struct free_bytes {
+        void operator()(char* p) const noexcept { std::free(p); }
+    };
+    char* raw = nullptr;
+    std::size_t size = 0;
+    if (hs_serialize_database(impl_->db.get(), &raw, &size) != HS_SUCCESS)
+        return std::unexpected(std::string("ruleset: cannot serialize the Hyperscan database"));
+    const std::unique_ptr<char, free_bytes> bytes(raw);
+    saved_database out;
+    out.database.resize(size);
+    std::memcpy(out.database.data(), bytes.get(), size);
+    for (const auto& c : impl_->compiled)
+        out.prefilter.push_back(c.prefilter ? 1 : 0);
+    const auto key = key_of(impl_->rules, out.prefilter);
+    const auto platform = this_platform();
+    if (!key || !platform)
+        return std::unexpected(std::string("ruleset: cannot compute the snapshot key"));
+    out.key = *key;
+    out.platform = *platform;
+    return out;
+} catch (const std::exception& e) {
+    return std::unexpected(std::string("ruleset: ") + e.what());
+}
 
 std::expected<std::shared_ptr<const ruleset>, std::vector<std::string>>
-ruleset::compile(std::vector<rule> rules) try {
+ruleset::compile(std::vector<rule> rules, const database_snapshot* snapshot) try {
     const auto started = std::chrono::steady_clock::now();
     std::vector<std::string> errors;
     if (rules.empty()) {
@@ -202,7 +300,8 @@ ruleset::compile(std::vector<rule> rules) try {
         exprs[i] = rules[i].pattern.c_str();
         hs_ids[i] = static_cast<unsigned>(i);
     }
-    for (;;) {
+    const bool loaded = snapshot != nullptr && load_snapshot(*snapshot, rules, *impl);
+    while (!loaded) {
         for (std::size_t i = 0; i < rules.size(); ++i) {
             flags[i] = impl->compiled[i].prefilter ? HS_FLAG_PREFILTER : 0;
         }

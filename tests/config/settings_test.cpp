@@ -2,6 +2,8 @@
 // the typed product and the FILE:LINE:COL diagnostics.
 #include "sluice/config/settings.hpp"
 
+#include "sluice/config/rules_loader.hpp"
+
 #include <algorithm>
 #include <gtest/gtest.h>
 
@@ -669,6 +671,21 @@ TEST(settings, rule_files_add_user_rules_and_report_their_errors) {
     for (const auto& d : bad.error())
         names_rule_file |= d.file.ends_with("internal.yml") && d.line >= 2;
     EXPECT_TRUE(names_rule_file) << dump(bad.error());
+
+    // A rule file that adds no rules leaves the process-wide built-in ruleset in place
+    // rather than compiling the same rules again.
+    {
+        std::ofstream(dir / "internal.yml") << "rules: []\n";
+        std::ofstream(dir / "none.yaml")
+            << "version: 1\ndata_dir: state\nlisteners: [{address: 127.0.0.1:0}]\n"
+               "rule_files: [internal.yml]\n";
+    }
+    const auto builtin = builtin_ruleset();
+    ASSERT_TRUE(builtin.has_value()) << dump(builtin.error());
+    auto none = load_file(dir / "none.yaml");
+    ASSERT_TRUE(none.has_value()) << dump(none.error());
+    EXPECT_EQ(none->rules, *builtin);
+    EXPECT_NE(r->rules, *builtin);
     fs::remove_all(dir);
 }
 

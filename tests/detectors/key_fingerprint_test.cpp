@@ -22,14 +22,7 @@ namespace {
 using namespace sluice;
 
 std::shared_ptr<const detectors::ruleset> builtin() {
-    static const auto rs = [] {
-        auto rules = config::builtin_rules();
-        if (!rules)
-            return std::shared_ptr<const detectors::ruleset>();
-        auto compiled = detectors::ruleset::compile(std::move(*rules));
-        return compiled ? *compiled : std::shared_ptr<const detectors::ruleset>();
-    }();
-    return rs;
+    return config::builtin_ruleset().value_or(nullptr);
 }
 
 // "type-specific" PEM: "-----BEGIN RSA PRIVATE KEY-----" / "-----BEGIN EC PRIVATE KEY-----",

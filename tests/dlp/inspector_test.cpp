@@ -18,15 +18,9 @@ using namespace sluice::dlp;
 namespace {
 
 std::shared_ptr<const detectors::ruleset> builtin() {
-    static std::shared_ptr<const detectors::ruleset> rules = [] {
-        auto loaded = config::builtin_rules();
-        EXPECT_TRUE(loaded.has_value());
-        auto compiled =
-            detectors::ruleset::compile(loaded.value_or(std::vector<detectors::rule>{}));
-        EXPECT_TRUE(compiled.has_value());
-        return compiled.value_or(nullptr);
-    }();
-    return rules;
+    auto rules = config::builtin_ruleset();
+    EXPECT_TRUE(rules.has_value());
+    return rules.value_or(nullptr);
 }
 
 // "ghp_" + 30 random base62 + base62 CRC32 of those 30 (github.blog 2021-04-05).

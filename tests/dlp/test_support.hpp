@@ -1,6 +1,6 @@
-// Helpers shared by the dlp tests: the compiled built-in rules, a checksum-valid GitHub
-// token generator and test-side RFC 4648 encoders (independent of the code under test,
-// so a decoder bug cannot cancel out).
+// Helpers shared by the dlp tests: the compiled built-in rules (shared per process), a
+// checksum-valid GitHub token generator and test-side RFC 4648 encoders (independent of the code
+// under test, so a decoder bug cannot cancel out).
 #pragma once
 
 #include "sluice/config/rules_loader.hpp"
@@ -18,15 +18,9 @@
 namespace sluice::dlp::test {
 
 inline std::shared_ptr<const detectors::ruleset> builtin() {
-    static std::shared_ptr<const detectors::ruleset> rules = [] {
-        auto loaded = config::builtin_rules();
-        EXPECT_TRUE(loaded.has_value());
-        auto compiled =
-            detectors::ruleset::compile(loaded.value_or(std::vector<detectors::rule>{}));
-        EXPECT_TRUE(compiled.has_value());
-        return compiled.value_or(nullptr);
-    }();
-    return rules;
+    auto rules = config::builtin_ruleset();
+    EXPECT_TRUE(rules.has_value());
+    return rules.value_or(nullptr);
 }
 
 // "ghp_" + 30 random base62 + base62 CRC32 of those 30 (github.blog 2021-04-05).

@@ -24,15 +24,9 @@ namespace tc = sluice::test_coders;
 namespace {
 
 std::shared_ptr<const detectors::ruleset> builtin() {
-    static std::shared_ptr<const detectors::ruleset> rules = [] {
-        auto loaded = config::builtin_rules();
-        EXPECT_TRUE(loaded.has_value());
-        auto compiled =
-            detectors::ruleset::compile(loaded.value_or(std::vector<detectors::rule>{}));
-        EXPECT_TRUE(compiled.has_value());
-        return compiled.value_or(nullptr);
-    }();
-    return rules;
+    auto rules = config::builtin_ruleset(); // compiled once per process, shared
+    EXPECT_TRUE(rules.has_value());
+    return rules.value_or(nullptr);
 }
 
 std::string token() {

@@ -29,22 +29,16 @@ using namespace sluice::dlp;
 namespace {
 
 std::shared_ptr<const detectors::ruleset> builtin() {
-    static std::shared_ptr<const detectors::ruleset> rules = [] {
-        auto loaded = config::builtin_rules();
-        EXPECT_TRUE(loaded.has_value());
-        auto compiled =
-            detectors::ruleset::compile(loaded.value_or(std::vector<detectors::rule>{}));
-        EXPECT_TRUE(compiled.has_value());
-        return compiled.value_or(nullptr);
-    }();
-    return rules;
+    auto rules = config::builtin_ruleset();
+    EXPECT_TRUE(rules.has_value());
+    return rules.value_or(nullptr);
 }
 
 std::string first_example(std::string_view rule_id) {
-    auto loaded = config::builtin_rules();
-    if (!loaded)
+    const auto rules = builtin();
+    if (!rules)
         return {};
-    for (const auto& r : *loaded)
+    for (const auto& r : rules->rules())
         if (r.id == rule_id && !r.examples.empty())
             return r.examples.front();
     return {};

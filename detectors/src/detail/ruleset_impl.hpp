@@ -37,6 +37,7 @@ struct ruleset_impl {
     hs_scratch_ptr prototype; ///< cloned per scanner (hs_clone_scratch)
     std::size_t max_width = 0;
     double compile_ms = 0;
+    bool from_snapshot = false; ///< db came from a database_snapshot, not hs_compile_multi
 };
 
 } // namespace sluice::detectors::detail
