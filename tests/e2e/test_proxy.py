@@ -347,6 +347,20 @@ def wait_for_port(port, proc, deadline_s):
     return False
 
 
+def admin_reload(admin_port, data_dir):
+    """POST /v1/reload on sluice's admin listener with the token from `data_dir`; returns
+    (status, body) once the reload has been applied or refused."""
+    with open(os.path.join(data_dir, "admin.token")) as f:
+        token = f.read().strip()
+    conn = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=START_TIMEOUT_S)
+    try:
+        conn.request("POST", "/v1/reload", headers={"Authorization": "Bearer " + token})
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
 def stop_run(proc, origins, files, tmp):
     """Ends one suite's run: sluice (SIGTERM, SIGKILL after 10 s), the origins, the log
     files, and the scratch folder (kept when SLUICE_E2E_KEEP is set). Shared by the e2e

@@ -437,15 +437,7 @@ class t3_policy_test(base):
 
 class t4_live_test(base):
     def admin_reload(self):
-        with open(os.path.join(U.data_dir, "admin.token")) as f:
-            token = f.read().strip()
-        conn = http.client.HTTPConnection("127.0.0.1", U.admin_port, timeout=START_TIMEOUT_S)
-        try:
-            conn.request("POST", "/v1/reload", headers={"Authorization": "Bearer " + token})
-            r = conn.getresponse()
-            return r.status, r.read()
-        finally:
-            conn.close()
+        return tp.admin_reload(U.admin_port, U.data_dir)
 
     @contextlib.contextmanager
     def live_denied(self):

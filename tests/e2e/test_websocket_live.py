@@ -84,15 +84,7 @@ def write_config(**kw):
 
 
 def admin_reload():
-    with open(os.path.join(L.tmp, "data", "admin.token")) as f:
-        token = f.read().strip()
-    conn = http.client.HTTPConnection("127.0.0.1", L.admin_port, timeout=tp.START_TIMEOUT_S)
-    try:
-        conn.request("POST", "/v1/reload", headers={"Authorization": "Bearer " + token})
-        r = conn.getresponse()
-        return r.status, r.read()
-    finally:
-        conn.close()
+    return tp.admin_reload(L.admin_port, os.path.join(L.tmp, "data"))
 
 
 def stop_everything():
