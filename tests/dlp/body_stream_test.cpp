@@ -4,10 +4,10 @@
 // a malformed declared coding is 400 bad_encoding; a clean body is released whole.
 #include "../variants/coders.hpp"
 
-#include "sluice/config/rules_loader.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
 #include "sluice/dlp/body_stream.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,18 +19,10 @@ namespace tc = sluice::test_coders;
 
 namespace {
 
-std::shared_ptr<const detectors::ruleset> builtin() {
-    auto rules = config::builtin_ruleset(); // compiled once per process, shared
-    EXPECT_TRUE(rules.has_value());
-    return rules.value_or(nullptr);
-}
+using dlp::test::builtin;
 
 std::string token() {
-    auto loaded = config::builtin_rules();
-    for (const auto& r : loaded.value_or(std::vector<detectors::rule>{}))
-        if (r.id == "github-pat-classic" && !r.examples.empty())
-            return r.examples.front();
-    return {};
+    return dlp::test::rule_example("github-pat-classic");
 }
 
 // Text that compresses but not to nothing: numbered log lines.

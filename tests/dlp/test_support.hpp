@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sluice::dlp::test {
 
@@ -21,6 +22,16 @@ inline std::shared_ptr<const detectors::ruleset> builtin() {
     auto rules = config::builtin_ruleset();
     EXPECT_TRUE(rules.has_value());
     return rules.value_or(nullptr);
+}
+
+// The first example of built-in rule `id` (detectors/rules/*.yml), e.g. a real-shaped
+// token; empty when there is none.
+inline std::string rule_example(std::string_view id) {
+    auto loaded = config::builtin_rules();
+    for (const auto& r : loaded.value_or(std::vector<detectors::rule>{}))
+        if (r.id == id && !r.examples.empty())
+            return r.examples.front();
+    return {};
 }
 
 // "ghp_" + 30 random base62 + base62 CRC32 of those 30 (github.blog 2021-04-05).

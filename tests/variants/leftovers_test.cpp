@@ -6,7 +6,7 @@
 // CONTRACT.md documents. The whole pipeline runs: built-in rules, inspector, variants.
 #include "coders.hpp"
 
-#include "sluice/config/rules_loader.hpp"
+#include "../dlp/test_support.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
 #include "sluice/dlp/decode.hpp"
@@ -23,18 +23,10 @@ namespace tc = sluice::test_coders;
 
 namespace {
 
-std::shared_ptr<const detectors::ruleset> builtin() {
-    auto rules = config::builtin_ruleset(); // compiled once per process, shared
-    EXPECT_TRUE(rules.has_value());
-    return rules.value_or(nullptr);
-}
+using dlp::test::builtin;
 
 std::string token() {
-    auto loaded = config::builtin_rules();
-    for (const auto& r : loaded.value_or(std::vector<detectors::rule>{}))
-        if (r.id == "github-pat-classic" && !r.examples.empty())
-            return r.examples.front();
-    return {};
+    return dlp::test::rule_example("github-pat-classic");
 }
 
 class leftovers_test : public ::testing::Test {
