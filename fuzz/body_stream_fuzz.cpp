@@ -2,6 +2,7 @@
 // the first byte picks the declared coding and the window, the second the piece size.
 // Checks: releasable never decreases and never passes the bytes fed; a forward verdict
 // on the last piece releases the whole body; a deny carries a documented reason.
+#include "shared_scanner.hpp"
 #include "sluice/config/rules_loader.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
@@ -14,15 +15,7 @@
 
 namespace {
 
-sluice::detectors::scanner& shared_scanner() {
-    static sluice::detectors::scanner s = [] {
-        auto rs = sluice::config::builtin_ruleset();
-        if (!rs)
-            std::abort();
-        return sluice::detectors::scanner(*rs);
-    }();
-    return s;
-}
+using sluice::fuzz::shared_scanner;
 
 } // namespace
 

@@ -2,6 +2,7 @@
 // base32/base32hex decodings) map every byte back into the host, the inspector's
 // on_destination over the built-in rules never reports a scanner error and keeps every
 // finding inside the host, and redact_host never lets a byte of a flagged label through.
+#include "shared_scanner.hpp"
 #include "sluice/config/rules_loader.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
@@ -15,15 +16,7 @@
 
 namespace {
 
-sluice::detectors::scanner& shared_scanner() {
-    static sluice::detectors::scanner s = [] {
-        auto rs = sluice::config::builtin_ruleset();
-        if (!rs)
-            std::abort();
-        return sluice::detectors::scanner(*rs);
-    }();
-    return s;
-}
+using sluice::fuzz::shared_scanner;
 
 } // namespace
 

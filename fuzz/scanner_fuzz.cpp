@@ -1,6 +1,7 @@
 // Scanner on arbitrary bytes: one block scan, then the same bytes fed to a stream scanner
 // in pieces whose sizes come from the input's first bytes. Checks that every finding lies
 // inside the data and that the scanner never fails on well-formed calls.
+#include "shared_scanner.hpp"
 #include "sluice/config/rules_loader.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
@@ -14,15 +15,7 @@
 
 namespace {
 
-sluice::detectors::scanner& shared_scanner() {
-    static sluice::detectors::scanner s = [] {
-        auto rs = sluice::config::builtin_ruleset();
-        if (!rs)
-            std::abort();
-        return sluice::detectors::scanner(*rs);
-    }();
-    return s;
-}
+using sluice::fuzz::shared_scanner;
 
 void check(const std::vector<sluice::detectors::finding>& fs, std::size_t size) {
     for (const auto& f : fs) {

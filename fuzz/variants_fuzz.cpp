@@ -3,6 +3,7 @@
 // small budget, so budget exhaustion paths run too. Checks that every finding names a
 // chain without input bytes, that offsets lie inside the outermost buffer for text and
 // URL scans, and that the scanner never reports an internal error.
+#include "shared_scanner.hpp"
 #include "sluice/config/rules_loader.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
@@ -16,15 +17,7 @@
 
 namespace {
 
-sluice::detectors::scanner& shared_scanner() {
-    static sluice::detectors::scanner s = [] {
-        auto rs = sluice::config::builtin_ruleset();
-        if (!rs)
-            std::abort();
-        return sluice::detectors::scanner(*rs);
-    }();
-    return s;
-}
+using sluice::fuzz::shared_scanner;
 
 bool chain_ok(std::string_view v) {
     for (const char c : v) {
