@@ -3,27 +3,15 @@
 // the writer (audit_log.cpp) and the verifier (audit_verify.cpp). Thread safe.
 #pragma once
 
-#include <openssl/evp.h>
+#include "sluice/dlp/caller.hpp"
 
-#include <array>
 #include <string>
 #include <string_view>
 
 namespace sluice::proxy::detail {
 
-inline std::string sha256_hex(std::string_view data) {
-    std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-    unsigned int len = 0;
-    EVP_Digest(data.data(), data.size(), md.data(), &len, EVP_sha256(), nullptr);
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out;
-    out.reserve(len * 2);
-    for (unsigned i = 0; i < len; ++i) {
-        out.push_back(hex[md[i] >> 4]);
-        out.push_back(hex[md[i] & 0xf]);
-    }
-    return out;
-}
+// Hex SHA-256 of a record's bytes: the one the project already has (dlp/caller.hpp).
+using dlp::sha256_hex;
 
 // The hash member is always last, exactly `,"hash":"<64 hex>"}`: verification hashes the
 // bytes before it plus the closing brace, so no JSON re-serialisation is involved.
