@@ -1,0 +1,66 @@
+// Where an exchange goes: the destination named by a CONNECT or an absolute-form target,
+// checked before anything resolves it (policy, then DLP on the name), resolved once, and
+// checked again by address (the SSRF guard). Internal to proxy/.
+#pragma once
+
+#include "flow_context.hpp"
+
+#include "sluice/dlp/inspector.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/http/message.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::proxy {
+
+struct destination {
+    std::string host; // normalised (dlp::normalize_host)
+    std::uint16_t port = 0;
+    std::vector<tcp::endpoint> endpoints; // resolved once and checked (no rebinding window)
+};
+
+/// One exchange's target as sent upstream.
+struct exchange_target {
+    std::string scheme; // http or https
+    destination* dest = nullptr;
+    std::string origin_form; // path?query as sent upstream
+    std::string host_header; // authority for the Host field
+};
+
+enum class resolve_result { ok, failed, private_address };
+
+/// Resolves the host once and checks every address against the SSRF guard
+/// (dlp::is_private_destination, minus the policy's `private_destinations`); the flow
+/// connects only to these checked endpoints. An IP literal needs no resolver.
+net::awaitable<resolve_result> resolve_destination(destination& d, const dlp::policy& policy);
+
+/// The destination name, inspected before anything resolves it: a secret spelled into a
+/// host name ("<hex of a token>.attacker.example") would leave in the DNS query even if
+/// the request were refused later (dlp::inspector::on_destination). With `connect_head`,
+/// the CONNECT's own head too: its fields go nowhere upstream, but whatever the agent
+/// wrote is inspected.
+dlp::verdict inspect_destination(flow_context& fc, std::string_view host, std::uint16_t port,
+                                 const boost::beast::http::request_header<>* connect_head);
+
+/// Splits an absolute-form http:// target (RFC 9112 section 3.2.2) into destination and
+/// origin-form. False for anything else (another scheme, userinfo, no host, port 0).
+bool parse_absolute_target(std::string_view target, destination& d, exchange_target& t);
+
+/// The Host field must name the destination the flow was resolved for (RFC 9112 section
+/// 3.2: exactly one Host; a different one inside a tunnel is domain fronting). HTTP/1.0
+/// may omit it.
+bool host_field_matches(const boost::beast::http::request_header<>& h, const destination& d,
+                        std::uint16_t default_port);
+
+/// Inside a tunnel the target is origin-form (or absolute-form naming the same host).
+bool tunnel_origin_form(std::string_view target, const destination& d, exchange_target& t);
+
+/// "host" or "host:port" ("[v6]:port"), the port left out when it is `default_port`.
+std::string host_port(const destination& d, std::uint16_t default_port);
+
+} // namespace sluice::proxy
