@@ -120,6 +120,23 @@ std::string default_by() {
     return user;
 }
 
+// Appends the objects of the array `key` of one replica's answer to `merged`, each with
+// its "replica" label; false when the answer has no such array.
+bool append_listed(const json::object& body, std::string_view key, const std::string& label,
+                   json::array& merged) {
+    const auto* list = body.if_contains(key);
+    if (!list || !list->is_array())
+        return false;
+    for (const auto& v : list->as_array()) {
+        if (!v.is_object())
+            continue;
+        json::object e = v.as_object();
+        e["replica"] = label;
+        merged.push_back(std::move(e));
+    }
+    return true;
+}
+
 // ------------------------------------------------------------------ approvals
 
 // One row per approval, its findings as notes under it.
@@ -177,20 +194,12 @@ int approvals_list(session& s) {
             failed = true;
             continue;
         }
-        const auto* list = outs[i].body.as_object().if_contains("approvals");
-        if (!list || !list->is_array()) {
+        if (!append_listed(outs[i].body.as_object(), "approvals", s.replicas[i].label, merged)) {
             failed = true;
             outs[i].error = "answer without an \"approvals\" array";
             statuses.back().as_object()["ok"] = false;
             statuses.back().as_object()["error"] = outs[i].error;
             continue;
-        }
-        for (const auto& a : list->as_array()) {
-            if (!a.is_object())
-                continue;
-            json::object e = a.as_object();
-            e["replica"] = s.replicas[i].label;
-            merged.push_back(std::move(e));
         }
     }
     // Nearest expiry first: that is the one a person must look at now.
@@ -383,21 +392,13 @@ flows_answer collect_flows(const session& s, std::vector<outcome>& outs) {
             continue;
         }
         const auto& b = outs[i].body.as_object();
-        const auto* list = b.if_contains("flows");
-        if (!list || !list->is_array()) {
+        if (!append_listed(b, "flows", s.replicas[i].label, fl.merged)) {
             fl.failed = true;
             outs[i].error = "answer without a \"flows\" array";
             e["ok"] = false;
             e["error"] = outs[i].error;
             fl.statuses.push_back(std::move(e));
             continue;
-        }
-        for (const auto& f : list->as_array()) {
-            if (!f.is_object())
-                continue;
-            json::object fo = f.as_object();
-            fo["replica"] = s.replicas[i].label;
-            fl.merged.push_back(std::move(fo));
         }
         fl.killed_text.emplace_back(s.replicas[i].label, killed_of(b, e));
         fl.statuses.push_back(std::move(e));
