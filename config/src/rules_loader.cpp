@@ -1,6 +1,8 @@
 #include "sluice/config/rules_loader.hpp"
 
 #include "sluice/detectors/embedded_rules.hpp"
+#include "sluice/detectors/text.hpp"
+#include "yaml_walker.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -8,37 +10,20 @@
 #include <map>
 #include <sstream>
 #include <string_view>
-#include <type_traits>
 
 namespace sluice::config {
 
 namespace {
 
-// g++ 12 has no <format>; a tiny concatenation helper keeps messages readable.
-template <class... Parts>
-std::string str_cat(const Parts&... parts) {
-    std::string out;
-    auto add = [&out](const auto& p) {
-        if constexpr (std::is_arithmetic_v<std::decay_t<decltype(p)>>) {
-            out += std::to_string(p);
-        } else {
-            out += std::string_view(p);
-        }
-    };
-    (add(parts), ...);
-    return out;
-}
+using text::str_cat;
 
+// The rule schema over the shared walker (yaml_walker.hpp); problems without a position
+// are reported at 1:1, as callers of the rules loader expect.
 struct reader {
-    std::string file;
-    diagnostics diags;
+    walker w;
     std::vector<rule_source>* sources = nullptr;
 
-    void error(const YAML::Mark& m, std::string message) {
-        // yaml-cpp marks are 0-based; -1 means "no position" (e.g. an empty document).
-        diags.push_back(diagnostic{file, m.line >= 0 ? m.line + 1 : 1,
-                                   m.column >= 0 ? m.column + 1 : 1, std::move(message)});
-    }
+    void error(const YAML::Mark& m, std::string message) { w.error(m, std::move(message)); }
 
     bool string_field(const YAML::Node& n, std::string_view key, std::string& out) {
         if (!n.IsScalar()) {
@@ -133,11 +118,7 @@ struct reader {
             return;
         }
         if (sources)
-            sources->push_back(
-                rule_source{r.id, diagnostic{file,
-                                             pattern_mark.line >= 0 ? pattern_mark.line + 1 : 1,
-                                             pattern_mark.column >= 0 ? pattern_mark.column + 1 : 1,
-                                             {}}});
+            sources->push_back(rule_source{r.id, w.at(pattern_mark, {})});
         out.push_back(std::move(r));
     }
 };
@@ -145,7 +126,7 @@ struct reader {
 std::expected<std::vector<detectors::rule>, diagnostics>
 parse(std::string_view yaml, std::string_view name, std::vector<rule_source>* sources) {
     std::vector<rule_source> found;
-    reader rd{std::string(name), {}, &found};
+    reader rd{walker(std::string(name), walker::unplaced::file_start), &found};
     std::vector<detectors::rule> rules;
     try {
         const YAML::Node root = YAML::Load(std::string(yaml));
@@ -177,8 +158,8 @@ parse(std::string_view yaml, std::string_view name, std::vector<rule_source>* so
     } catch (const YAML::Exception& e) {
         rd.error(e.mark, e.msg);
     }
-    if (!rd.diags.empty())
-        return std::unexpected(std::move(rd.diags));
+    if (!rd.w.diags().empty())
+        return std::unexpected(std::move(rd.w.diags()));
     if (sources)
         sources->insert(sources->end(), found.begin(), found.end());
     return rules;

@@ -1,4 +1,5 @@
 #include "sluice/detectors/finding.hpp"
+#include "sluice/detectors/text.hpp"
 
 #include <openssl/evp.h>
 
@@ -7,7 +8,6 @@ namespace sluice::detectors {
 std::string fingerprint(std::string_view value) {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    static constexpr char hex[] = "0123456789abcdef";
     std::string out = "sha256:";
     if (EVP_Digest(value.data(), value.size(), digest, &len, EVP_sha256(), nullptr) != 1 ||
         len < 8) {
@@ -15,10 +15,7 @@ std::string fingerprint(std::string_view value) {
         out.append(16, '0');
         return out;
     }
-    for (int i = 0; i < 8; ++i) {
-        out.push_back(hex[digest[i] >> 4]);
-        out.push_back(hex[digest[i] & 0xf]);
-    }
+    text::append_hex(out, std::string_view(reinterpret_cast<const char*>(digest), 8));
     return out;
 }
 

@@ -1,4 +1,5 @@
 #include "sluice/detectors/ruleset.hpp"
+#include "sluice/detectors/text.hpp"
 
 #include "detail/ruleset_impl.hpp"
 #include "sluice/detectors/validators.hpp"
@@ -18,20 +19,7 @@ namespace sluice::detectors {
 
 namespace {
 
-// g++ 12 has no <format>; a tiny concatenation helper keeps messages readable.
-template <class... Parts>
-std::string str_cat(const Parts&... parts) {
-    std::string out;
-    auto add = [&out](const auto& p) {
-        if constexpr (std::is_arithmetic_v<std::decay_t<decltype(p)>>) {
-            out += std::to_string(p);
-        } else {
-            out += std::string_view(p);
-        }
-    };
-    (add(parts), ...);
-    return out;
-}
+using text::str_cat;
 
 // Unbounded patterns (a `+` or `*`) get this much context for confirmation. A rule can
 // set max_width explicitly when it needs more; prefix-anchored bounded patterns never

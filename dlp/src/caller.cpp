@@ -1,5 +1,7 @@
 #include "sluice/dlp/caller.hpp"
 
+#include "sluice/detectors/text.hpp"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
@@ -11,20 +13,8 @@ namespace sluice::dlp {
 
 namespace {
 
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() &&
-           std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
-               return std::tolower(x) == std::tolower(y);
-           });
-}
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-        s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
-        s.remove_suffix(1);
-    return s;
-}
+using text::iequals;
+using text::trim;
 
 // RFC 4648 base64 through OpenSSL (EVP_DecodeBlock pads the output with zero bytes for
 // '=' padding, which is removed here). nullopt if the text is not base64.
@@ -105,14 +95,7 @@ std::string sha256_hex(std::string_view data) {
     std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
     unsigned int len = 0;
     EVP_Digest(data.data(), data.size(), md.data(), &len, EVP_sha256(), nullptr);
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out;
-    out.reserve(len * 2);
-    for (unsigned i = 0; i < len; ++i) {
-        out.push_back(hex[md[i] >> 4]);
-        out.push_back(hex[md[i] & 0xf]);
-    }
-    return out;
+    return text::to_hex(std::string_view(reinterpret_cast<const char*>(md.data()), len));
 }
 
 caller_resolution resolve_caller(const std::vector<identity>& identities,

@@ -1,5 +1,7 @@
 #include "sluice/dlp/credential_broker.hpp"
 
+#include "sluice/detectors/text.hpp"
+
 #include <boost/url/encode.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
@@ -14,12 +16,7 @@ namespace sluice::dlp {
 
 namespace {
 
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) ==
-                      std::tolower(static_cast<unsigned char>(y));
-           });
-}
+using text::iequals;
 
 std::string render(std::string_view tmpl, std::string_view secret) {
     constexpr std::string_view mark = "{secret}";
@@ -96,17 +93,8 @@ std::vector<std::string> reflection_forms(std::string_view secret) {
     // the first characters mix in bytes before the secret and the last one bytes after it,
     // so only the characters that depend on the secret alone are kept (RFC 4648 sections
     // 4, 5 and 8).
-    static constexpr char hex_lower[] = "0123456789abcdef";
-    static constexpr char hex_upper[] = "0123456789ABCDEF";
-    std::string hl, hu;
-    for (unsigned char c : secret) {
-        hl += hex_lower[c >> 4];
-        hl += hex_lower[c & 15];
-        hu += hex_upper[c >> 4];
-        hu += hex_upper[c & 15];
-    }
-    add(std::move(hl));
-    add(std::move(hu));
+    add(text::to_hex(secret));
+    add(text::to_hex(secret, /*upper=*/true));
     for (std::size_t shift = 0; shift < 3; ++shift) {
         std::string raw(shift, '\0');
         raw.append(secret);

@@ -4,6 +4,8 @@
 // a connect() would reach.
 #include "sluice/dlp/policy.hpp"
 
+#include "sluice/detectors/text.hpp"
+
 #include <algorithm>
 #include <arpa/inet.h>
 #include <charconv>
@@ -16,21 +18,8 @@ namespace sluice::dlp {
 
 namespace {
 
-char ascii_lower(char c) noexcept {
-    return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-    if (a.size() != b.size()) {
-        return false;
-    }
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        if (ascii_lower(a[i]) != ascii_lower(b[i])) {
-            return false;
-        }
-    }
-    return true;
-}
+using text::ascii_lower;
+using text::iequals;
 
 ip_address from_v4(const std::uint8_t* v4) noexcept {
     ip_address a;

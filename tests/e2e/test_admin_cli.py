@@ -351,6 +351,15 @@ class admin_cli_test(unittest.TestCase):
         self.assertIn("plain http://", r.stderr)
         self.assertIn("usage:", cli("flows", "--help", check=0).stdout)
 
+    def test_timeout_option(self):
+        # Durations as in the configuration (config::parse_duration), a bare number being
+        # seconds; above 0 and at most one hour.
+        for good in ("5", "10s", "60m", "1h", "30000ms"):
+            self.run_a("flows", "--json", "--timeout", good, check=0)
+        for bad in ("0", "0s", "61m", "2h", "3600001ms", "10x", "s", "-1", "1.5s"):
+            r = self.run_a("flows", "--timeout=" + bad, check=2)
+            self.assertIn("--timeout '%s'" % bad, r.stderr)
+
     # ------------------------------------------------------------ tokens, reachability
 
     def test_wrong_token_changes_nothing(self):
