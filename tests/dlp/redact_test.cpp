@@ -130,7 +130,11 @@ TEST_F(redact_test, a_base32_secret_spelled_into_host_labels_is_redacted_label_b
             const auto out = redact(text);
             EXPECT_EQ(out.find(b.substr(0, 16)), std::string::npos) << out;
             EXPECT_EQ(out.find(b.substr(40, 16)), std::string::npos) << out;
-            EXPECT_NE(out.find("[redacted].[redacted].attacker.example"), std::string::npos) << out;
+            // The labels that carried it, or the whole text when the variant pipeline
+            // finds the base32 in the labels joined (decode.hpp base32).
+            EXPECT_TRUE(out.find("[redacted].[redacted].attacker.example") != std::string::npos ||
+                        out == "[redacted]")
+                << out;
         }
     }
 }

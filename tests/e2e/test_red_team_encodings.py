@@ -4,6 +4,9 @@ one let a checksum-valid GitHub token leave through sluice or stay in its audit 
 
 - A CONNECT or absolute-form request refused by policy (403 `policy_deny`) to a host whose
   labels spell the token in base32 or hex: no audit record may hold the encoded token.
+- Bodies that carry the token in base32, ascii85, UTF-16/UTF-32, bare quoted-printable,
+  byte lists, one separator between characters, uuencode, ROT13 or reversed: 403
+  `dlp_finding`, nothing at the origin; `sluice scan` finds the base32 form in a file.
 
 Run by ctest (tests/e2e/CMakeLists.txt, SLUICE_BIN set) or by hand:
   SLUICE_BIN=build/sluice python3 tests/e2e/test_red_team_encodings.py -v
@@ -14,6 +17,8 @@ allowed and inspected with every built-in detector.
 """
 
 import base64
+import binascii
+import codecs
 import http.client
 import json
 import os
@@ -193,6 +198,66 @@ class audit_host_test(unittest.TestCase):
                                       b"Connection: close\r\n\r\n" % (host.encode(),
                                                                       host.encode()))
                 self.assert_not_recorded(records, encoded)
+
+
+def encodings(t):
+    """The token in every body encoding the red-team pass forwarded (Python's codecs)."""
+    tb = t.encode()
+    return {
+        "base32": b'{"k": "%s"}' % base64.b32encode(tb),
+        "base32-lower": b"k=%s\n" % base64.b32encode(tb).lower().rstrip(b"="),
+        "ascii85": base64.a85encode(tb, adobe=True),
+        "utf16le": ('{"k": "%s"}' % t).encode("utf-16-le"),
+        "utf16be": ('{"k": "%s"}' % t).encode("utf-16-be"),
+        "utf32": ('{"k": "%s"}' % t).encode("utf-32"),
+        "qp-soft-break": b"key: " + tb[:20] + b"=\r\n" + tb[20:] + b"\r\n",
+        "qp-every-byte": b"key=" + b"".join(b"=%02X" % c for c in tb),
+        "bytes-hex": b",".join(b"0x%02x" % c for c in tb),
+        "bytes-decimal": b"[" + b", ".join(b"%d" % c for c in tb) + b"]",
+        "bytes-space": b" ".join(b"%d" % c for c in tb),
+        "bytes-escaped": b" ".join(b"\\x%02x" % c for c in tb),
+        "spaced": b"key: " + b" ".join(bytes([c]) for c in tb),
+        "dashed": b"key: " + b"-".join(bytes([c]) for c in tb),
+        "uuencode": b"begin 644 key.txt\n" + binascii.b2a_uu(tb) + b"`\nend\n",
+        "rot13": b"token: " + codecs.encode(t, "rot13").encode(),
+        "reversed": ("my token is %s thanks" % t)[::-1].encode(),
+    }
+
+
+class body_encodings_test(unittest.TestCase):
+    """Item 2: each encoding of a checksum-valid token in a body is refused."""
+
+    def test_each_encoding_is_refused_and_nothing_reaches_the_origin(self):
+        for kind, body in encodings(fresh_token()).items():
+            with self.subTest(kind):
+                path = "/enc/%s/%s" % (kind, tp.marker())
+                code, answer = lb.upload("agent", path, body)
+                self.assertEqual(code, "403", (kind, answer[:300]))
+                doc = json.loads(answer)
+                self.assertEqual(doc["reason"], "dlp_finding", kind)
+                self.assertIn("github-pat-classic", doc["rules"], kind)
+                self.assertEqual(lb.origin_got(path), [], "%s reached the origin" % kind)
+
+    def test_a_clean_body_in_the_same_encodings_is_forwarded(self):
+        words = "hello world, nothing secret in here at all"
+        for kind, body in encodings(words).items():
+            with self.subTest(kind):
+                path = "/clean/%s/%s" % (kind, tp.marker())
+                code, answer = lb.upload("agent", path, body)
+                self.assertEqual(code, "200", (kind, answer[:300]))
+                self.assertEqual(len(lb.origin_got(path)), 1, kind)
+
+    def test_sluice_scan_finds_a_base32_token_in_a_file(self):
+        t = fresh_token()
+        path = os.path.join(U.tmp, "b32.txt")
+        with open(path, "wb") as f:
+            f.write(b"token = %s\n" % base64.b32encode(t.encode()))
+        r = subprocess.run([os.environ["SLUICE_BIN"], "scan", "--format", "jsonl", path],
+                           capture_output=True, timeout=START_TIMEOUT_S)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        finding = json.loads(r.stdout.splitlines()[0])
+        self.assertEqual(finding["rule"], "github-pat-classic")
+        self.assertEqual(finding["variant"], "base32")
 
 
 class zz_audit_test(unittest.TestCase):
