@@ -6,6 +6,7 @@
 // stream, so the cost on ordinary text stays a fraction of the raw scan.
 #include "sluice/dlp/variants.hpp"
 
+#include "sluice/detectors/validators.hpp"
 #include "sluice/dlp/decode.hpp"
 
 #include <boost/json.hpp>
@@ -1254,7 +1255,19 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         return variant_status::ok;
     };
 
-    level flips; // reversed and ROT13 runs, scanned in one call at the end
+    level flips; // reversed, ROT13 and unprefixed runs, scanned in one call at the end
+    const auto add_flip = [&](std::string_view bytes, std::string_view step, std::size_t o,
+                              std::size_t l) {
+        segment sg;
+        sg.begin = flips.buf.size();
+        flips.buf += bytes;
+        sg.end = flips.buf.size();
+        flips.buf += "\n \n";
+        sg.chain = chain.empty() ? std::string(step) : chain + ">" + std::string(step);
+        sg.outer_off = o;
+        sg.outer_len = l;
+        flips.segs.push_back(std::move(sg));
+    };
     // Base32 (RFC 4648 sections 6 and 7) in an alphabet run [b, j) (e after '=' padding),
     // and a run that may be a token written backwards or in ROT13: 20-256 bytes mixing
     // capitals, small letters and digits on one line (identifiers and words rarely do;
@@ -1289,6 +1302,15 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         }
         if (wrapped || all_hex || len < min_flip_run || len > max_flip_run)
             return variant_status::ok;
+        // A GitHub classic token without its prefix: exactly 36 base62 characters whose last
+        // 6 are the base62 CRC32 of the first 30 (random words pass with probability
+        // 62^-6). Scanned with the prefix put back, so the token's own rule reports it.
+        if (len == 36 &&
+            std::all_of(d + b, d + j, [](unsigned char ch) { return std::isalnum(ch) != 0; }) &&
+            detectors::validate("github_strict", data.substr(b, len))) {
+            const auto [o, l] = where(b, j);
+            add_flip("ghp_" + std::string(data.substr(b, len)), "unprefixed", o, l);
+        }
         bool upper = false, lower = false, digit = false;
         for (std::size_t k = b; k < j; ++k) {
             const unsigned char ch = d[k];
@@ -1309,15 +1331,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 decode::rot13(run, decoded);
             // Scanned with this depth's other flipped runs, not decoded further: a
             // reversed or rotated run is the token itself or nothing.
-            segment sg;
-            sg.begin = flips.buf.size();
-            flips.buf += decoded;
-            sg.end = flips.buf.size();
-            flips.buf += "\n \n";
-            sg.chain = chain.empty() ? std::string(step) : chain + ">" + std::string(step);
-            sg.outer_off = o;
-            sg.outer_len = l;
-            flips.segs.push_back(std::move(sg));
+            add_flip(decoded, step, o, l);
         }
         return variant_status::ok;
     };

@@ -7,6 +7,9 @@ one let a checksum-valid GitHub token leave through sluice or stay in its audit 
 - Bodies that carry the token in base32, ascii85, UTF-16/UTF-32, bare quoted-printable,
   byte lists, one separator between characters, uuencode, ROT13 or reversed: 403
   `dlp_finding`, nothing at the origin; `sluice scan` finds the base32 form in a file.
+- The token with its prefix in capitals (`GHP_...`) or without it (the 36 characters
+  after `ghp_`, checksum-valid): 403 `dlp_finding`; a look-alike whose checksum does not
+  verify is forwarded.
 
 Run by ctest (tests/e2e/CMakeLists.txt, SLUICE_BIN set) or by hand:
   SLUICE_BIN=build/sluice python3 tests/e2e/test_red_team_encodings.py -v
@@ -258,6 +261,38 @@ class body_encodings_test(unittest.TestCase):
         finding = json.loads(r.stdout.splitlines()[0])
         self.assertEqual(finding["rule"], "github-pat-classic")
         self.assertEqual(finding["variant"], "base32")
+
+
+class token_shape_test(unittest.TestCase):
+    """Item 4: the prefix in capitals, and the checksum-valid body without its prefix."""
+
+    def refused(self, body, rule):
+        path = "/shape/%s" % tp.marker()
+        code, answer = lb.upload("agent", path, body)
+        self.assertEqual(code, "403", answer[:300])
+        doc = json.loads(answer)
+        self.assertEqual(doc["reason"], "dlp_finding")
+        self.assertIn(rule, doc["rules"])
+        self.assertEqual(lb.origin_got(path), [], "%r reached the origin" % body[:60])
+
+    def test_prefix_in_capitals_is_refused(self):
+        t = fresh_token()
+        self.refused(b'{"k": "GHP_%s"}' % t[4:].encode(), "github-token-any-case")
+        t = fresh_token()
+        self.refused(b"token=Ghp_%s" % t[4:].encode(), "github-token-any-case")
+
+    def test_token_without_its_prefix_is_refused(self):
+        t = fresh_token()
+        self.refused(b'{"k": "%s"}' % t[4:].encode(), "github-pat-classic")
+
+    def test_look_alikes_whose_checksum_fails_are_forwarded(self):
+        t = fresh_token()
+        body = t[4:-1] + ("A" if t[-1] != "A" else "B")
+        for text in (b"GHP_" + body.encode(), b'{"k": "%s"}' % body.encode()):
+            path = "/shape-clean/%s" % tp.marker()
+            code, answer = lb.upload("agent", path, text)
+            self.assertEqual(code, "200", answer[:300])
+            self.assertEqual(len(lb.origin_got(path)), 1)
 
 
 class zz_audit_test(unittest.TestCase):

@@ -7,11 +7,13 @@
 #include "sluice/config/rules_loader.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
+#include "sluice/detectors/validators.hpp"
 #include "sluice/dlp/decode.hpp"
 #include "sluice/dlp/variants.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -170,4 +172,20 @@ TEST(transforms_decoders, edge_cases) {
     decode::rot13("Hello, World", out);
     EXPECT_EQ(out, "Uryyb, Jbeyq");
     EXPECT_EQ(decode::sniff_wide(std::string(40, 'a')), nullptr);
+}
+
+TEST_F(transforms_test, a_token_without_its_prefix_is_found_when_its_checksum_verifies) {
+    const std::string body(token.substr(4));
+    const auto found = scan("{\"github_token\": \"" + body + "\"}");
+    const auto it = std::find_if(found.begin(), found.end(), [](const variant_finding& f) {
+        return f.f.rule_id == "github-pat-classic";
+    });
+    ASSERT_NE(it, found.end());
+    EXPECT_EQ(it->variant, "unprefixed");
+    std::string bad = body;
+    bad.back() = bad.back() == 'A' ? 'B' : 'A';
+    EXPECT_TRUE(scan("{\"k\": \"" + bad + "\"}").empty());
+    EXPECT_TRUE(detectors::validate("github_strict", body));
+    EXPECT_TRUE(detectors::validate("github_strict", "GHP_" + body));
+    EXPECT_FALSE(detectors::validate("github_strict", bad));
 }
