@@ -7,6 +7,8 @@ one let a checksum-valid GitHub token leave through sluice or stay in its audit 
 - Bodies that carry the token in base32, ascii85, UTF-16/UTF-32, bare quoted-printable,
   byte lists, one separator between characters, uuencode, ROT13 or reversed: 403
   `dlp_finding`, nothing at the origin; `sluice scan` finds the base32 form in a file.
+- Compressed bodies sent without Content-Encoding: bzip2 (one stream, concatenated
+  streams) and raw DEFLATE: 403 `dlp_finding`; random binary is forwarded.
 - The token with its prefix in capitals (`GHP_...`) or without it (the 36 characters
   after `ghp_`, checksum-valid): 403 `dlp_finding`; a look-alike whose checksum does not
   verify is forwarded.
@@ -21,6 +23,7 @@ allowed and inspected with every built-in detector.
 
 import base64
 import binascii
+import bz2
 import codecs
 import http.client
 import json
@@ -31,6 +34,7 @@ import sys
 import tempfile
 import time
 import unittest
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -261,6 +265,39 @@ class body_encodings_test(unittest.TestCase):
         finding = json.loads(r.stdout.splitlines()[0])
         self.assertEqual(finding["rule"], "github-pat-classic")
         self.assertEqual(finding["variant"], "base32")
+
+
+def raw_deflate(data):
+    """RFC 1951 DEFLATE without the zlib header and trailer."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush()
+
+
+class compressed_body_test(unittest.TestCase):
+    """Item 3: bzip2 and raw DEFLATE bodies without Content-Encoding are opened."""
+
+    def test_bzip2_and_raw_deflate_bodies_are_refused(self):
+        filler = b"".join(b"%d event status ok\n" % i for i in range(3000))
+        for kind, make in (("bzip2", bz2.compress),
+                           ("bzip2-concatenated", lambda d: bz2.compress(filler) +
+                            bz2.compress(d)),
+                           ("raw-deflate", raw_deflate)):
+            with self.subTest(kind):
+                t = fresh_token().encode()
+                body = make(filler[:20000] + b"key=" + t + b"\n" + filler[20000:])
+                self.assertNotIn(t, body)
+                path = "/compressed/%s/%s" % (kind, tp.marker())
+                code, answer = lb.upload("agent", path, body)
+                self.assertEqual(code, "403", (kind, answer[:300]))
+                self.assertEqual(json.loads(answer)["reason"], "dlp_finding", kind)
+                self.assertEqual(lb.origin_got(path), [], "%s reached the origin" % kind)
+
+    def test_random_binary_is_forwarded(self):
+        body = os.urandom(64 * 1024)
+        path = "/binary/%s" % tp.marker()
+        code, answer = lb.upload("agent", path, body)
+        self.assertEqual(code, "200", answer[:300])
+        self.assertEqual(len(lb.origin_got(path)), 1)
 
 
 class token_shape_test(unittest.TestCase):

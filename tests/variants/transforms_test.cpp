@@ -11,7 +11,9 @@
 #include "sluice/dlp/decode.hpp"
 #include "sluice/dlp/variants.hpp"
 
+#include <bzlib.h>
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <string>
@@ -188,4 +190,42 @@ TEST_F(transforms_test, a_token_without_its_prefix_is_found_when_its_checksum_ve
     EXPECT_TRUE(detectors::validate("github_strict", body));
     EXPECT_TRUE(detectors::validate("github_strict", "GHP_" + body));
     EXPECT_FALSE(detectors::validate("github_strict", bad));
+}
+
+TEST_F(transforms_test, bzip2_and_raw_deflate_bodies_without_content_encoding) {
+    const std::string text = std::string(5000, ' ') + "key=" + std::string(token) + "\n";
+    // bzip2 through libbz2, raw DEFLATE (no zlib header, RFC 1951) through zlib.
+    std::string bz(text.size() + 1024, '\0');
+    unsigned bz_len = static_cast<unsigned>(bz.size());
+    ASSERT_EQ(BZ2_bzBuffToBuffCompress(bz.data(), &bz_len, const_cast<char*>(text.data()),
+                                       static_cast<unsigned>(text.size()), 9, 0, 0),
+              BZ_OK);
+    bz.resize(bz_len);
+    z_stream zs{};
+    ASSERT_EQ(deflateInit2(&zs, 9, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    std::string raw(text.size() + 1024, '\0');
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+    zs.avail_in = static_cast<uInt>(text.size());
+    zs.next_out = reinterpret_cast<Bytef*>(raw.data());
+    zs.avail_out = static_cast<uInt>(raw.size());
+    ASSERT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    raw.resize(zs.total_out);
+    deflateEnd(&zs);
+    for (const auto& [body, variant] :
+         {std::pair{bz, "bzip2"}, std::pair{bz + bz, "bzip2"}, std::pair{raw, "raw-deflate"}}) {
+        variant_scanner vs(*scanner_);
+        std::vector<variant_finding> out;
+        ASSERT_EQ(vs.scan_body(body, "application/octet-stream", "", out), variant_status::ok);
+        ASSERT_FALSE(out.empty()) << variant;
+        EXPECT_EQ(out.front().f.rule_id, "github-pat-classic");
+        EXPECT_EQ(out.front().variant, variant);
+    }
+    // Binary that is not DEFLATE: tried, nothing decoded, nothing found.
+    std::string binary;
+    for (int i = 0; i < 4096; ++i)
+        binary.push_back(static_cast<char>((i * 2654435761u) >> 13));
+    variant_scanner vs(*scanner_);
+    std::vector<variant_finding> out;
+    EXPECT_EQ(vs.scan_body(binary, "application/octet-stream", "", out), variant_status::ok);
+    EXPECT_TRUE(out.empty());
 }
