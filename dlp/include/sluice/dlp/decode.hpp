@@ -190,11 +190,14 @@ struct text_view {
 /// Views of `data` in encodings that do not form the base64/hex runs or escape regions
 /// the candidate pass of the variant pipeline looks for, each found by a cheap test:
 /// - UTF-16/UTF-32 text (sniff_wide; a NUL byte in the first 4 KiB first);
-/// - quoted-printable (RFC 2045 section 6.7) outside a MIME part: the whole buffer, when it
-///   holds a soft line break ("=" CRLF or LF) or two adjacent "=HH" octets;
-/// - byte lists and single-separator text: sampled every 32 bytes, regions grown
+/// - quoted-printable (RFC 2045 section 6.7) outside a MIME part: the whitespace-delimited
+///   token around a soft line break ("=" CRLF or LF; continued across further ones) or two
+///   adjacent "=HH" octets;
+/// - byte lists and single-separator text: sampled every 64 and 32 bytes, regions grown
 ///   from a sample that fits and decoded with byte_list() / unspace();
 /// - uuencode after a "begin NNN " line; ascii85 between "<~" and "~>".
+/// The triggers ('=' before a hex digit or line break, "\nb", "<~") are found 16 bytes at a
+/// time (SSE2), the buffer is taken in 16 KiB blocks so each finder reads it from cache.
 /// Appends at most 64 views holding at most `limit` decoded bytes together (what is over
 /// is not decoded; the caller's budget is charged for what is appended).
 void more_views(std::string_view data, std::size_t limit, std::vector<text_view>& out);
