@@ -10,7 +10,7 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
   libssl-dev openssl
   libhyperscan-dev libre2-dev
-  zlib1g-dev libbrotli-dev libzstd-dev libutf8proc-dev libicu-dev
+  zlib1g-dev libbrotli-dev libzstd-dev libbz2-dev libutf8proc-dev libicu-dev
   libpsl-dev  # dlp/src/hostname.cpp: registrable domains from the built-in Public Suffix List
   libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev

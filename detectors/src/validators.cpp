@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 namespace sluice::detectors {
 
@@ -390,8 +391,9 @@ bool looks_like_placeholder(std::string_view s) noexcept {
 
 bool is_known_validator(std::string_view name) noexcept {
     static constexpr std::string_view known[] = {
-        "",        "github",      "npm",   "pem",     "jwt",        "luhn",      "iban",
-        "entropy", "placeholder", "bip39", "grafana", "cloudflare", "atlassian", "nonfiller"};
+        "",        "github",     "npm",       "pem",         "jwt",
+        "luhn",    "iban",       "entropy",   "placeholder", "bip39",
+        "grafana", "cloudflare", "atlassian", "nonfiller",   "github_strict"};
     for (const auto k : known) {
         if (k == name)
             return true;
@@ -417,6 +419,13 @@ bool validate(std::string_view name, std::string_view secret) noexcept {
         return true;
     if (name == "github" || name == "npm")
         return github_checksum_ok(secret);
+    if (name == "github_strict") {
+        // A gate, not a confidence: the shapes it guards (a prefix in capitals, the 36
+        // characters without their prefix) are only a token when the CRC32 verifies.
+        if (secret.size() == 36 && secret.find('_') == std::string_view::npos)
+            return github_checksum_ok("_" + std::string(secret));
+        return github_checksum_ok(secret);
+    }
     if (name == "pem")
         return pem_body_ok(secret);
     if (name == "jwt")

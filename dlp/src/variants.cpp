@@ -6,6 +6,7 @@
 // stream, so the cost on ordinary text stays a fraction of the raw scan.
 #include "sluice/dlp/variants.hpp"
 
+#include "sluice/detectors/validators.hpp"
 #include "sluice/dlp/decode.hpp"
 
 #include <boost/json.hpp>
@@ -125,6 +126,9 @@ constexpr std::size_t min_run = 16;        // shortest base64 run worth decoding
 constexpr std::size_t min_hex_run = 32;    // 16 decoded bytes
 constexpr std::size_t min_binary_run = 64; // base64 decoding to binary: scanned as is
 constexpr std::size_t min_hex_pairs = 8;   // delimited hex
+constexpr std::size_t min_base32_run = 24; // 15 decoded bytes
+constexpr std::size_t min_flip_run = 20;   // reversed or ROT13 token candidates
+constexpr std::size_t max_flip_run = 256;
 constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
 
 bool is_hex(unsigned char c) noexcept {
@@ -1251,6 +1255,87 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         return variant_status::ok;
     };
 
+    level flips; // reversed, ROT13 and unprefixed runs, scanned in one call at the end
+    const auto add_flip = [&](std::string_view bytes, std::string_view step, std::size_t o,
+                              std::size_t l) {
+        segment sg;
+        sg.begin = flips.buf.size();
+        flips.buf += bytes;
+        sg.end = flips.buf.size();
+        flips.buf += "\n \n";
+        sg.chain = chain.empty() ? std::string(step) : chain + ">" + std::string(step);
+        sg.outer_off = o;
+        sg.outer_len = l;
+        flips.segs.push_back(std::move(sg));
+    };
+    // Base32 (RFC 4648 sections 6 and 7) in an alphabet run [b, j) (e after '=' padding),
+    // and a run that may be a token written backwards or in ROT13: 20-256 bytes mixing
+    // capitals, small letters and digits on one line (identifiers and words rarely do;
+    // base64 blobs are longer). Both copies go to the next depth as they are.
+    const auto run_transforms = [&](std::size_t b, std::size_t j, std::size_t e, bool all_hex,
+                                    bool wrapped) -> variant_status {
+        const std::size_t len = j - b;
+        if (len >= min_base32_run && !all_hex) {
+            bool upper = false, lower = false, ok = true, hex32 = true;
+            for (std::size_t k = b; k < j && ok; ++k) {
+                const unsigned char ch = d[k];
+                upper = upper || (ch >= 'A' && ch <= 'Z');
+                lower = lower || (ch >= 'a' && ch <= 'z');
+                ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+                     (ch >= '0' && ch <= '9') || ch == '\r' || ch == '\n';
+                hex32 = hex32 && !((ch | 0x20) > 'v' && (ch | 0x20) <= 'z');
+            }
+            if (ok && !(upper && lower)) {
+                for (const bool hexa : {false, true}) {
+                    if (hexa && !hex32)
+                        continue;
+                    if (!count())
+                        return variant_status::over_budget;
+                    if (decode::base32(data.substr(b, e - b), decoded, hexa)) {
+                        bool useful = false;
+                        auto st = binary(hexa ? "base32hex" : "base32", b, e, useful);
+                        if (st != variant_status::ok || useful)
+                            return st;
+                    }
+                }
+            }
+        }
+        if (wrapped || all_hex || len < min_flip_run || len > max_flip_run)
+            return variant_status::ok;
+        // A GitHub classic token without its prefix: exactly 36 base62 characters whose last
+        // 6 are the base62 CRC32 of the first 30 (random words pass with probability
+        // 62^-6). Scanned with the prefix put back, so the token's own rule reports it.
+        if (len == 36 &&
+            std::all_of(d + b, d + j, [](unsigned char ch) { return std::isalnum(ch) != 0; }) &&
+            detectors::validate("github_strict", data.substr(b, len))) {
+            const auto [o, l] = where(b, j);
+            add_flip("ghp_" + std::string(data.substr(b, len)), "unprefixed", o, l);
+        }
+        bool upper = false, lower = false, digit = false;
+        for (std::size_t k = b; k < j; ++k) {
+            const unsigned char ch = d[k];
+            upper = upper || (ch >= 'A' && ch <= 'Z');
+            lower = lower || (ch >= 'a' && ch <= 'z');
+            digit = digit || (ch >= '0' && ch <= '9');
+        }
+        if (!(upper && lower && digit))
+            return variant_status::ok;
+        const auto [o, l] = where(b, j);
+        for (const std::string_view step : {"reverse", "rot13"}) {
+            if (!count() || !charge(len))
+                return variant_status::over_budget;
+            const auto run = data.substr(b, len);
+            if (step == "reverse")
+                decoded.assign(run.rbegin(), run.rend());
+            else
+                decode::rot13(run, decoded);
+            // Scanned with this depth's other flipped runs, not decoded further: a
+            // reversed or rotated run is the token itself or nothing.
+            add_flip(decoded, step, o, l);
+        }
+        return variant_status::ok;
+    };
+
     std::size_t last_region_end = 0;
     // One candidate decision at byte i (a run, a trigger or nothing); sets next_i.
     const auto visit = [&](std::size_t i, std::size_t& next_i) -> variant_status {
@@ -1453,6 +1538,11 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                             return st;
                     }
                 }
+            }
+            if (opts_.enabled & dec_base64) {
+                auto st = run_transforms(i, j, end, all_hex, wrapped);
+                if (st != variant_status::ok)
+                    return st;
             }
             next_i = end > i ? end : i + 1;
             return variant_status::ok;
@@ -1714,6 +1804,18 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
             prev = {0, 0};
         }
     }
+    // Whole-buffer views (UTF-16/32, bare quoted-printable, byte lists, one separator
+    // between characters, uuencode, ascii85): decode.hpp more_views().
+    std::vector<decode::text_view> views;
+    decode::more_views(data, decode_room(), views);
+    for (auto& v : views) {
+        if (!count() || !charge(v.bytes.size()))
+            return variant_status::over_budget;
+        const auto [o, l] = where(v.begin, v.end);
+        auto st = try_decoded(v.bytes, v.step, chain, depth, o, l, c);
+        if (st != variant_status::ok)
+            return st;
+    }
     for (const auto& [b, e] : na_regions) {
         if (e == b)
             continue;
@@ -1729,7 +1831,10 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 return st;
         }
     }
-    return variant_status::ok;
+    if (flips.segs.empty())
+        return variant_status::ok;
+    stats_.scanned_variants += flips.segs.size();
+    return scan_buffer(flips.buf, chain, 0, 0, c, &flips.segs);
 }
 
 variant_status variant_scanner::scan(std::string_view data, std::string_view location,

@@ -117,3 +117,45 @@ TEST_F(redact_test, inspector_scans_the_destination_name) {
         ins.on_destination(h.substr(0, 40) + "." + h.substr(40) + ".zz.attacker.example").kind,
         verdict_kind::deny);
 }
+
+// Red-team finding (issue 25): a CONNECT or absolute-form request refused by policy kept a
+// base32-of-token host word for word in its audit url. The labels that carry a secret in
+// any host view (base32 and base32hex over labels, hex, raw) are replaced.
+TEST_F(redact_test, a_base32_secret_spelled_into_host_labels_is_redacted_label_by_label) {
+    for (const bool lower : {false, true}) {
+        const auto b = test::to_base32(token(6), lower);
+        const auto host = b.substr(0, 40) + "." + b.substr(40) + ".attacker.example";
+        for (const std::string& text : {"https://" + host + ":443/x?q=1", host + ":443",
+                                        "http://" + host + "/p", "CONNECT " + host + ":443"}) {
+            const auto out = redact(text);
+            EXPECT_EQ(out.find(b.substr(0, 16)), std::string::npos) << out;
+            EXPECT_EQ(out.find(b.substr(40, 16)), std::string::npos) << out;
+            // The labels that carried it, or the whole text when the variant pipeline
+            // finds the base32 in the labels joined (decode.hpp base32).
+            EXPECT_TRUE(out.find("[redacted].[redacted].attacker.example") != std::string::npos ||
+                        out == "[redacted]")
+                << out;
+        }
+    }
+}
+
+TEST_F(redact_test, a_secret_in_the_labels_of_a_name_longer_than_dns_allows_is_redacted) {
+    const auto b = test::to_base32(token(7), false);
+    std::string pad;
+    for (int i = 0; i < 40; ++i)
+        pad += "w" + std::to_string(i) + ".";
+    const auto out = redact("http://" + pad + b.substr(0, 30) + "." + b.substr(30) + "." + pad +
+                            "attacker.example/");
+    EXPECT_EQ(out.find(b.substr(0, 16)), std::string::npos) << out;
+    EXPECT_EQ(out.find(b.substr(30, 16)), std::string::npos) << out;
+    EXPECT_NE(out.find("w39.[redacted]"), std::string::npos) << out;
+}
+
+TEST_F(redact_test, clean_names_and_dotted_text_are_unchanged) {
+    for (const std::string& text : std::vector<std::string>{
+             "https://d1234abcd5678.cloudfront.net:443/a.b/c.d?v=1.2.3",
+             "mybucket-2024.s3.eu-west-1.amazonaws.com:443", "registry.npmjs.org:443",
+             "http://" + std::string(300, 'a') + ".example/"}) {
+        EXPECT_EQ(redact(text), text);
+    }
+}

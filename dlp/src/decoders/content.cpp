@@ -4,6 +4,7 @@
 #include "sluice/dlp/decode.hpp"
 
 #include <brotli/decode.h>
+#include <bzlib.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -378,6 +379,70 @@ inflate_status one_shot(std::string_view coding, std::string_view in, std::size_
     return rc;
 }
 
+// bzip2 (the format of bzip2 1.0.8 / libbz2, which has no RFC): "BZh", a block size digit
+// '1'-'9', then a block header (the BCD digits of pi, 31 41 59 26 53 59) or the end of
+// stream (sqrt(pi), 17 72 45 38 50 90).
+bool bzip2_magic(const unsigned char* b, std::size_t n) noexcept {
+    static constexpr unsigned char block[] = {0x31, 0x41, 0x59, 0x26, 0x53, 0x59};
+    static constexpr unsigned char end[] = {0x17, 0x72, 0x45, 0x38, 0x50, 0x90};
+    return n >= 10 && b[0] == 'B' && b[1] == 'Z' && b[2] == 'h' && b[3] >= '1' && b[3] <= '9' &&
+           (std::memcmp(b + 4, block, 6) == 0 || std::memcmp(b + 4, end, 6) == 0);
+}
+
+// Every bzip2 stream of `in` one after the other (pbzip2 and `cat a.bz2 b.bz2` write
+// several), through libbz2 in `chunk`-sized output steps; bytes after the last stream
+// that do not start another are a leftover, as for the other codings.
+inflate_status bunzip2(std::string_view in, std::size_t limit, std::string& out, leftovers* left) {
+    std::size_t pos = 0;
+    std::array<char, chunk> buf;
+    while (pos < in.size()) {
+        if (pos > 0 && !bzip2_magic(reinterpret_cast<const unsigned char*>(in.data() + pos),
+                                    in.size() - pos)) {
+            if (left)
+                left->emplace_back(in.substr(pos, std::min(in.size() - pos, leftover_cap)));
+            return inflate_status::ok;
+        }
+        bz_stream bz{};
+        if (BZ2_bzDecompressInit(&bz, 0, 0) != BZ_OK)
+            return inflate_status::error;
+        bz.next_in = const_cast<char*>(in.data() + pos);
+        bz.avail_in = static_cast<unsigned>(std::min<std::size_t>(in.size() - pos, 1u << 30));
+        int rc = BZ_OK;
+        while (rc == BZ_OK) {
+            bz.next_out = buf.data();
+            bz.avail_out = static_cast<unsigned>(buf.size());
+            rc = BZ2_bzDecompress(&bz);
+            const std::size_t n = buf.size() - bz.avail_out;
+            if (out.size() + n > limit) {
+                BZ2_bzDecompressEnd(&bz);
+                return inflate_status::over_limit;
+            }
+            out.append(buf.data(), n);
+            if (rc == BZ_OK && bz.avail_in == 0 && n == 0)
+                rc = BZ_UNEXPECTED_EOF; // truncated: no end-of-stream marker
+        }
+        const std::size_t used = (in.size() - pos) - bz.avail_in;
+        BZ2_bzDecompressEnd(&bz);
+        if (rc != BZ_STREAM_END)
+            return inflate_status::error;
+        pos += used;
+    }
+    return inflate_status::ok;
+}
+
+// Bodies that may be raw DEFLATE (RFC 1951 has no magic): binary-looking ones, a quarter
+// or more of their first 512 bytes outside printable ASCII and whitespace. Text is never
+// tried; a binary upload that is not DEFLATE fails within a few bytes.
+bool binary_looking(std::string_view in) noexcept {
+    const std::size_t n = std::min<std::size_t>(in.size(), 512);
+    std::size_t odd = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto c = static_cast<unsigned char>(in[i]);
+        odd += (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c >= 0x7f ? 1 : 0;
+    }
+    return n >= 16 && 4 * odd >= n;
+}
+
 // The payloads of the zstd skippable frames in `in` (RFC 8878 section 3.1.2: magic
 // 0x184D2A5?, a 4-byte little-endian size, then that many bytes); frame sizes come from
 // libzstd, which knows both frame kinds.
@@ -450,6 +515,25 @@ inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
         // zlib only: raw DEFLATE has no magic, and text can start like a zlib header.
         name = "deflate";
         return one_shot("zlib", in, limit, out, left);
+    }
+    if (bzip2_magic(b, in.size())) {
+        name = "bzip2";
+        return bunzip2(in, limit, out, left);
+    }
+    if (binary_looking(in)) {
+        // The trial: a stream that ends (BFINAL) is raw DEFLATE; one that breaks off counts
+        // only when it produced 64 bytes or more (random binary rarely gets that far before
+        // an invalid code, and what it produces is scanned, not trusted).
+        leftovers mine;
+        const auto rc = one_shot("raw-deflate", in, limit, out, left ? &mine : nullptr);
+        if (rc == inflate_status::ok || rc == inflate_status::over_limit ||
+            (rc == inflate_status::error && out.size() >= 64)) {
+            name = "raw-deflate";
+            if (left)
+                std::move(mine.begin(), mine.end(), std::back_inserter(*left));
+            return rc;
+        }
+        out.clear();
     }
     return inflate_status::unknown;
 }

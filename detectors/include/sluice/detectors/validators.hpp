@@ -30,6 +30,9 @@
 //   "entropy"     generic secrets: not a placeholder and Shannon entropy >= 3.0 bits/char
 //                 with at least 8 characters.
 //   "placeholder" only the placeholder filter (no entropy threshold).
+//   "github_strict" a gate: the "github" CRC32 must verify. For shapes that are a token
+//                 only with it: a classic prefix in capitals (GHP_...), or the 36
+//                 characters without a prefix (checked as "_" + the 36).
 //   "nonfiller"   rejects documentation filler only (looks_like_filler below): for
 //                 look-alike shapes that must be reported even when hand-typed.
 //   "bip39"       BIP-39 mnemonic: 12, 15, 18, 21 or 24 words (single spaces, any letter

@@ -127,4 +127,79 @@ bool looks_compressed(std::string_view data) noexcept;
 /// from the input.
 bool fold_unicode(std::string_view in, std::string& out);
 
+// ----------------------------------------------------------------------------------------
+// Text transforms (dlp/src/decoders/transforms.cpp): encodings a red-team pass sent a
+// token through. The variant pipeline finds them with more_views() (whole buffers) and,
+// for base32, rot13 and reversal, on the base64-alphabet runs its candidate pass visits.
+
+/// Base32, RFC 4648 section 6 (A-Z 2-7), or section 7 (base32hex, 0-9 A-V) when
+/// `hex_alphabet`; either case; '=' padding allowed at the end only; CR/LF skipped.
+/// Trailing bits that do not fill a byte are dropped (a run cut short yields its prefix).
+/// False on any other byte or when nothing was decoded.
+bool base32(std::string_view in, std::string& out, bool hex_alphabet = false);
+
+/// Ascii85 as Adobe writes it (PostScript Language Reference, 3rd ed., section 3.13.3,
+/// ASCII85Decode): the text between "<~" and "~>" (both optional), groups of five
+/// characters '!'..'u' to four bytes, 'z' for four zero bytes, whitespace skipped, a last
+/// group of 2-4 characters completing fewer bytes. False on any other byte, a group over
+/// 2^32 - 1, a last group of one character, or nothing decoded.
+bool ascii85(std::string_view in, std::string& out);
+
+/// The ICU converter name ("UTF-16LE", "UTF-16BE", "UTF-32LE", "UTF-32BE") `in` looks
+/// like: its byte-order mark (Unicode 15 section 23.8), else NUL bytes at the positions
+/// ASCII text leaves zero in that encoding in 3/4 or more of the code units of its first
+/// 4 KiB (and in 1/4 or fewer of the others). nullptr when none fits or `in` is under 32
+/// bytes.
+const char* sniff_wide(std::string_view in) noexcept;
+
+/// `in` converted from `encoding` (an ICU converter name, see sniff_wide) to UTF-8 with
+/// ICU's ucnv_convert (a BOM is dropped, invalid units become U+FFFD). False when ICU
+/// fails or the output is empty.
+bool wide_text(std::string_view in, const char* encoding, std::string& out);
+
+/// A list of byte values as code and shells write them: decimal 0-255 ("103,104"),
+/// "0x67" or "\x67" hex, separated by ',', ';' or whitespace (", " too); a leading '[',
+/// '{' or '(' is not part of it. False when a value is over 255 or there are fewer than
+/// 8 values.
+bool byte_list(std::string_view in, std::string& out);
+
+/// Text with one separator byte between every two characters ("g h p _ K y"): the
+/// characters, when every second byte (from `in[1]`) is the same byte, which is not a
+/// letter or digit, and the characters are not all that byte. False otherwise, or when
+/// fewer than 8 characters.
+bool unspace(std::string_view in, std::string& out);
+
+/// The body of a uuencoded file (POSIX.1-2017 uuencode, historical algorithm): the lines
+/// after "begin MODE NAME" up to "end" or a line of length 0 ('`' or ' '), each a length
+/// character (32 + n) and groups of 4 characters (32 + 6 bits, '`' for 0) to 3 bytes.
+/// `in` may start at the "begin" line or after it. False when nothing was decoded.
+bool uudecode(std::string_view in, std::string& out);
+
+/// ROT13: ASCII letters rotated by 13, other bytes copied.
+void rot13(std::string_view in, std::string& out);
+
+/// A whole-buffer view found by more_views().
+struct text_view {
+    std::string_view step; ///< "utf16le", "utf16be", "utf32le", "utf32be", "qp",
+                           ///< "bytes", "spaced", "uu", "ascii85"
+    std::size_t begin = 0; ///< the encoded range of the input it came from
+    std::size_t end = 0;
+    std::string bytes; ///< decoded
+};
+
+/// Views of `data` in encodings that do not form the base64/hex runs or escape regions
+/// the candidate pass of the variant pipeline looks for, each found by a cheap test:
+/// - UTF-16/UTF-32 text (sniff_wide; a NUL byte in the first 4 KiB first);
+/// - quoted-printable (RFC 2045 section 6.7) outside a MIME part: the whitespace-delimited
+///   token around a soft line break ("=" CRLF or LF; continued across further ones) or two
+///   adjacent "=HH" octets;
+/// - byte lists and single-separator text: sampled every 64 and 32 bytes, regions grown
+///   from a sample that fits and decoded with byte_list() / unspace();
+/// - uuencode after a "begin NNN " line; ascii85 between "<~" and "~>".
+/// The triggers ('=' before a hex digit or line break, "\nb", "<~") are found 16 bytes at a
+/// time (SSE2), the buffer is taken in 16 KiB blocks so each finder reads it from cache.
+/// Appends at most 64 views holding at most `limit` decoded bytes together (what is over
+/// is not decoded; the caller's budget is charged for what is appended).
+void more_views(std::string_view data, std::size_t limit, std::vector<text_view>& out);
+
 } // namespace sluice::dlp::decode

