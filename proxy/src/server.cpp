@@ -364,7 +364,9 @@ namespace {
 //   they do not climb 16 MiB over their low point and nothing is trimmed. Memory reused
 //   and freed again between two samples is not seen; the next burst's is.
 // Runs on a thread of its own: io threads only wait for an arena lock while it reads or
-// trims (mallinfo2 walks each arena's free lists under its lock).
+// trims (mallinfo2 walks each arena's free lists under its lock). The one trim after
+// 10,000 idle connections closed took about 1 s (one madvise per free chunk, ~330 MiB);
+// an io thread whose allocation misses its thread cache waits for that arena meanwhile.
 void heap_trimmer(server::impl* self) {
     constexpr auto trim_interval = std::chrono::seconds(2);
     constexpr std::size_t trim_min_freed = 16u << 20;
