@@ -11,7 +11,8 @@ sluice_loadgen against the origin directly and through sluice and prints:
                   same connections paced at --latency-rate requests/s both ways, for
                   the latency sluice adds below saturation
   new-connection  one request per fresh CONNECT + TLS: handshakes/s both ways
-  idle            N idle intercepted keep-alive connections: RSS per connection
+  idle            N idle intercepted keep-alive connections: RSS per connection, and
+                  RSS --close-settle seconds after they closed (what a burst leaves)
   upload          one large upload streamed through sluice (peak RSS, outcome)
 
 Everything runs on 127.0.0.1, bounded by request counts and durations. Python standard
@@ -364,24 +365,34 @@ def scenario_idle(args, ctx):
             rest, _ = p.communicate(timeout=max(args.hold, args.idle_settle + 2) +
                                     args.duration + 60)
             lines += rest.decode(errors="replace").splitlines()
+            # The load generator has exited: its connections are closed.
+            closed = rss_after_close(args, s) if ready else 0
             res = next((json.loads(l[len("loadgen-json "):]) for l in lines
                         if l.startswith("loadgen-json ")), {"ok": 0, "errors": n,
                                                              "first_error": "no result"})
             per = (rss - before) / n if ready else None
             print("idle: %d intercepted keep-alive connections: %s" % (
                 n, ("RSS %.1f MiB -> %.1f MiB, %.1f KiB per connection after %.0f s idle "
-                    "(%.1f KiB as they opened)" % (
+                    "(%.1f KiB as they opened); %.1f MiB %.0f s after they closed" % (
                         before / 1024, rss / 1024, per, args.idle_settle,
-                        (opened - before) / n)) if ready else
+                        (opened - before) / n, closed / 1024, args.close_settle)) if ready else
                 "not all opened (%s)" % res.get("first_error")))
             results.append({"connections": n, "ready": ready, "rss_before_kib": before,
                             "rss_open_kib": opened, "rss_idle_kib": rss,
-                            "settle_s": args.idle_settle,
+                            "rss_after_close_kib": closed, "settle_s": args.idle_settle,
+                            "close_settle_s": args.close_settle,
                             "kib_per_connection": per, "open": active,
                             "loadgen": res, "command": " ".join(cmd)})
         finally:
             s.stop()
     return results
+
+
+def rss_after_close(args, s):
+    """sluice's RSS --close-settle seconds after every idle connection has closed: what the
+    burst left behind (freed memory glibc keeps, caches), against rss_before_kib."""
+    time.sleep(args.close_settle)
+    return s.rss_kib()
 
 
 def idle_batched(args, s, o, n, before):
@@ -422,15 +433,19 @@ def idle_batched(args, s, o, n, before):
     finally:
         stop_children(procs)
     all_ready = ready == n
+    closed = rss_after_close(args, s) if all_ready else 0
     per = (rss - before) / n if all_ready else None
     print("idle: %d intercepted keep-alive connections (batches of %d): %s" % (
         n, args.idle_batch, ("RSS %.1f MiB -> %.1f MiB, %.1f KiB per connection after %.0f s "
-                             "idle (%.1f KiB as they opened; peak %.1f MiB)"
+                             "idle (%.1f KiB as they opened; peak %.1f MiB); %.1f MiB %.0f s "
+                             "after they closed"
                              % (before / 1024, rss / 1024, per, args.idle_settle,
-                                (opened - before) / n, hwm / 1024)) if all_ready else
+                                (opened - before) / n, hwm / 1024, closed / 1024,
+                                args.close_settle)) if all_ready else
         "only %d opened (%s)" % (ready, errors[-1] if errors else "?")))
     return {"connections": n, "ready": all_ready, "rss_before_kib": before,
-            "rss_open_kib": opened, "rss_idle_kib": rss, "settle_s": args.idle_settle,
+            "rss_open_kib": opened, "rss_idle_kib": rss, "rss_after_close_kib": closed,
+            "settle_s": args.idle_settle, "close_settle_s": args.close_settle,
             "kib_per_connection": per, "open": ready,
             "batch": args.idle_batch, "loadgen": {"ok": ready, "errors": n - ready,
                                                  "first_error": errors[-1] if errors else ""}}
@@ -498,6 +513,9 @@ def main():
     ap.add_argument("--idle-settle", type=float, default=5.0,
                     help="idle: seconds the connections stay idle before RSS is read "
                          "(RSS as they opened is printed too)")
+    ap.add_argument("--close-settle", type=float, default=5.0,
+                    help="idle: seconds after the connections closed before RSS is read "
+                         "again (rss_after_close_kib)")
     ap.add_argument("--idle-batch", type=whole(0), default=0,
                     help="open idle connections in loadgen processes of at most this many")
     ap.add_argument("--upload-size", type=whole(1), default=1 << 30)
@@ -519,7 +537,7 @@ def main():
         args.latency_rate, args.latency_duration = 100, 0.5
         args.connections = 4
         args.idle_counts, args.hold, args.upload_size = "20", 0.5, 256 * 1024
-        args.idle_settle = 0.5
+        args.idle_settle, args.close_settle = 0.5, 0.5
         args.scenarios = "keepalive,new-connection,idle,upload"
     try:
         args.idle_counts = [whole(1)(x) for x in str(args.idle_counts).split(",") if x]

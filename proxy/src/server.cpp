@@ -11,6 +11,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -22,6 +23,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <thread>
@@ -34,6 +36,9 @@ using tcp = net::ip::tcp;
 struct server::impl {
     std::vector<std::unique_ptr<net::io_context>> contexts;
     std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
+    // The listeners' acceptors wait here, on a thread of their own (accept_loop says why);
+    // it has no work guard, so its run() returns once every acceptor is closed.
+    net::io_context accept_context{1};
     std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
     std::vector<listener_context> listener_contexts;
     std::shared_ptr<shared_state> state;
@@ -126,8 +131,36 @@ make_generation(std::shared_ptr<const config::settings> settings) {
     return gen;
 }
 
-// Accepts on one listener and hands each connection to the next io_context in turn
-// (one io_context per core; a connection stays on its thread).
+// Starts serve_client for an accepted connection, on its io_context's thread, so that the
+// coroutine frame and everything the flow allocates comes from that thread's arena.
+void spawn_client(server::impl* self, std::size_t index, tcp::socket socket) {
+    auto exec = socket.get_executor();
+    net::co_spawn(exec,
+                  serve_client(std::move(socket), self->state, self->listener_contexts[index]),
+                  [](std::exception_ptr e) {
+                      if (!e)
+                          return;
+                      try {
+                          std::rethrow_exception(e);
+                      } catch (const std::exception& ex) {
+                          spdlog::error("connection ended by internal error: {}", ex.what());
+                      }
+                  });
+}
+
+// Accepts on one listener, on the accept thread, and hands each connection to the next
+// io_context in turn (one io_context per core; a connection stays on its thread).
+//
+// Why a thread of its own: Asio registers an accepted socket with its io_context's reactor
+// on the thread that completes the accept (reactive_socket_accept_op::do_assign), and the
+// reactor keeps each registration's state (a 176-byte descriptor_state) in a pool that it
+// never frees, only reuses (detail/object_pool.hpp). Accepted on an io thread, one such
+// state sat between each connection's own allocations (TLS buffers, the flow), and after a
+// burst each one kept a page of otherwise free memory: 10,000 idle connections closed left
+// ~10,000 resident pages (39 MiB) in the main arena that malloc_trim cannot give back
+// (found by walking the heap of a live sluice). Accepted here, the states are allocated
+// from this thread's arena, side by side (~23 to a page), and the flow is created on its
+// own thread (spawn_client, posted).
 void accept_loop(server::impl* self, std::size_t index) {
     auto& acceptor = *self->acceptors[index];
     auto& target = *self->contexts[self->next_context++ % self->contexts.size()];
@@ -138,17 +171,9 @@ void accept_loop(server::impl* self, std::size_t index) {
             boost::system::error_code ignored;
             socket.set_option(tcp::no_delay(true), ignored);
             auto exec = socket.get_executor();
-            net::co_spawn(
-                exec, serve_client(std::move(socket), self->state, self->listener_contexts[index]),
-                [](std::exception_ptr e) {
-                    if (!e)
-                        return;
-                    try {
-                        std::rethrow_exception(e);
-                    } catch (const std::exception& ex) {
-                        spdlog::error("connection ended by internal error: {}", ex.what());
-                    }
-                });
+            net::post(exec, [self, index, s = std::move(socket)]() mutable {
+                spawn_client(self, index, std::move(s));
+            });
         } else if (ec != net::error::operation_aborted) {
             spdlog::warn("accept failed: {}", ec.message());
         }
@@ -228,7 +253,7 @@ server::create(std::shared_ptr<const config::settings> settings,
             return std::unexpected("listener " + l.host + ":" + std::to_string(l.port) +
                                    ": not an IP address");
         tcp::endpoint ep(addr, l.port);
-        auto acc = std::make_unique<tcp::acceptor>(*m.contexts.front());
+        auto acc = std::make_unique<tcp::acceptor>(m.accept_context);
         acc->open(ep.protocol(), ec);
         if (!ec)
             acc->set_option(tcp::acceptor::reuse_address(true), ec);
@@ -318,27 +343,51 @@ std::vector<std::string> server::listening_urls() const {
 namespace {
 
 // Gives freed heap memory back to the kernel. glibc keeps what flows freed (handshake
-// buffers, exchanges, coroutine frames) as free chunks in its per-thread arenas, in holes
-// between the allocations of connections that stay; it only returns the top of a heap by
-// itself. After a burst of connections that can be more than the connections that stay
-// hold (10,000 idle intercepted connections: about 52 KiB of RSS each before a trim, 31
-// after; bench/load/run.py --scenarios idle). Every `trim_interval`, when the arenas hold
-// more than `trim_min_free` bytes free, malloc_trim(0) releases their free pages
-// (madvise). Under steady load little is free and it is reused, so nothing is trimmed.
-// Runs on a thread of its own: io threads only wait for an arena lock while it trims.
+// buffers, exchanges, coroutine frames) as free chunks in its arenas, in holes between the
+// allocations of connections that stay; it only returns the top of a heap by itself.
+// After a burst of connections that can be more than the connections that stay hold
+// (10,000 idle intercepted connections: about 52 KiB of RSS each before a trim, 31 after;
+// bench/load/run.py --scenarios idle, whose rss_after_close_kib is what a burst leaves).
+//
+// The trigger is how much free memory appeared since the trimmer last saw it lowest:
+// every `trim_interval` it reads the free bytes of all arenas (mallinfo2().fordblks), and
+// when they have grown by `trim_min_freed` over their low point since the last trim,
+// malloc_trim(0) releases the free pages (madvise) and the low point restarts from there.
+// - mallinfo2() counts every arena, not only the main one: glibc sums them (the "main
+//   arena only" note in man 3 mallinfo is out of date; checked on glibc 2.36 with 55 MiB
+//   freed in a worker thread's arena), and malloc_trim(0) walks every arena too.
+// - Free bytes alone are not a trigger: pages malloc_trim gives back stay free chunks, so
+//   fordblks does not fall after a trim. A fixed "more than 16 MiB free" kept calling
+//   malloc_trim every 2 s for good once start-up had freed 16 MiB (an madvise per free
+//   chunk spanning a page: 657 calls per 6 s on a fresh idle sluice), and under load.
+// - Under steady load the free bytes go up and down around a level and are reused, so
+//   they do not climb 16 MiB over their low point and nothing is trimmed. Memory reused
+//   and freed again between two samples is not seen; the next burst's is.
+// Runs on a thread of its own: io threads only wait for an arena lock while it reads or
+// trims (mallinfo2 walks each arena's free lists under its lock). The one trim after
+// 10,000 idle connections closed took about 1 s (one madvise per free chunk, ~330 MiB);
+// an io thread whose allocation misses its thread cache waits for that arena meanwhile.
 void heap_trimmer(server::impl* self) {
     constexpr auto trim_interval = std::chrono::seconds(2);
-    constexpr std::size_t trim_min_free = 16u << 20;
+    constexpr std::size_t trim_min_freed = 16u << 20;
+    // From zero, so what start-up freed (compiling the ruleset: ~25 MiB of RSS) goes at
+    // the first round.
+    std::size_t low = 0;
     std::unique_lock lock(self->trim_mutex);
     while (!self->trim_wake.wait_for(lock, trim_interval, [self] { return self->trim_done; })) {
-        if (mallinfo2().fordblks < trim_min_free)
+        std::size_t free_now = mallinfo2().fordblks;
+        low = std::min(low, free_now);
+        if (free_now - low < trim_min_freed)
             continue;
         auto t0 = std::chrono::steady_clock::now();
         ::malloc_trim(0);
-        spdlog::debug("heap trimmed in {} us",
-                      std::chrono::duration_cast<std::chrono::microseconds>(
-                          std::chrono::steady_clock::now() - t0)
-                          .count());
+        auto took = std::chrono::steady_clock::now() - t0;
+        spdlog::debug("heap trimmed in {} us, {} MiB more free than at its low point",
+                      std::chrono::duration_cast<std::chrono::microseconds>(took).count(),
+                      (free_now - low) >> 20);
+        // The main arena's top goes back with sbrk and leaves the free count; the rest
+        // stays counted as free.
+        low = mallinfo2().fordblks;
     }
 }
 
@@ -350,10 +399,12 @@ void server::run() {
     std::vector<std::thread> threads;
     for (std::size_t i = 1; i < impl_->contexts.size(); ++i)
         threads.emplace_back([ctx = impl_->contexts[i].get()] { ctx->run(); });
+    std::thread acceptor([ctx = &impl_->accept_context] { ctx->run(); });
     std::thread trimmer([self = impl_.get()] { heap_trimmer(self); });
     impl_->contexts.front()->run();
     for (auto& t : threads)
         t.join();
+    acceptor.join();
     {
         std::lock_guard lock(impl_->trim_mutex);
         impl_->trim_done = true;
@@ -370,11 +421,15 @@ void server::stop(unsigned drain_ms) {
     if (impl_->stopping.exchange(true))
         return;
     auto* self = impl_.get();
-    net::post(*self->contexts.front(), [self, drain_ms] {
+    // The acceptors are closed on the accept thread (an acceptor is not thread-safe); with
+    // nothing left to wait for, that thread's run() returns.
+    net::post(self->accept_context, [self] {
         for (auto& a : self->acceptors) {
             boost::system::error_code ignored;
             a->close(ignored);
         }
+    });
+    net::post(*self->contexts.front(), [self, drain_ms] {
         for (auto& g : self->guards)
             g.reset();
         // Live flows get `drain_ms` to finish; then every io_context stops.
