@@ -79,12 +79,17 @@ net::awaitable<exchange_end> upgrade_websocket(ClientStream& client, beast::flat
                                                const http::request<http::string_body>& req,
                                                forward_plan& plan, upstream<UpstreamStream>& up,
                                                exchange& ex, flow_context& fc) {
-    if (cbuf.size() != 0) // frames before the 101 (RFC 6455 section 4.1 forbids it)
-        co_return co_await refuse(client, fc, ex, refusal{400, "bad_request"});
-    if (auto cr = co_await connect_upstream(up, *ex.tgt->dest, fc); cr != connect_result::ok)
-        co_return co_await refuse(
-            client, fc, ex,
-            refusal{502, cr == connect_result::tls_failed ? "upstream_tls" : "upstream_connect"});
+    // Refusals are named, never temporaries inside `co_return co_await` (ARCHITECTURE.md,
+    // "Coroutines": GCC 12 destroys such a temporary twice).
+    if (cbuf.size() != 0) { // frames before the 101 (RFC 6455 section 4.1 forbids it)
+        const refusal early{400, "bad_request"};
+        co_return co_await refuse(client, fc, ex, early);
+    }
+    if (auto cr = co_await connect_upstream(up, *ex.tgt->dest, fc); cr != connect_result::ok) {
+        const refusal failed{502, cr == connect_result::tls_failed ? "upstream_tls"
+                                                                   : "upstream_connect"};
+        co_return co_await refuse(client, fc, ex, failed);
+    }
     std::string_view path = ex.tgt->origin_form;
     path = path.substr(0, path.find('?'));
     auto& rec = ex.rec;
@@ -118,8 +123,10 @@ net::awaitable<exchange_end> upgrade_websocket(ClientStream& client, beast::flat
     rec.findings = to_audit(ex.findings);
     const auto pinned = fc.gen; // `policy` outlives a reload during the session
     if (co_await relay_websocket(client, req, plan.out, *up.stream, ws, rec) ==
-        ws_outcome::upstream_failed)
-        co_await refuse(client, fc, ex, refusal{502, "upstream_connect"});
+        ws_outcome::upstream_failed) {
+        const refusal failed{502, "upstream_connect"};
+        co_await refuse(client, fc, ex, failed);
+    }
     up.stream.reset();
     co_return exchange_end::close;
 }
@@ -154,8 +161,10 @@ net::awaitable<exchange_end> run_exchange(ClientStream& client, beast::flat_buff
         co_return co_await refuse(client, fc, ex, *r);
     // The previous exchange's record, and this one's decision, are durable before this one
     // sends anything upstream (decide, record, then forward).
-    if (!co_await record_start(fc, ex.rec, ex.rec.approval ? "supervise_approved" : "allow", ""))
-        co_return co_await refuse(client, fc, ex, refusal{503, "audit_unavailable"});
+    if (!co_await record_start(fc, ex.rec, ex.rec.approval ? "supervise_approved" : "allow", "")) {
+        const refusal unrecorded{503, "audit_unavailable"};
+        co_return co_await refuse(client, fc, ex, unrecorded);
+    }
     if (is_websocket_upgrade(req) && plan.out.body().empty())
         co_return co_await upgrade_websocket(client, cbuf, req, plan, up, ex, fc);
     if (auto r = co_await forward_request(client, cbuf, up, plan, ex, fc))

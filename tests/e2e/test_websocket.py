@@ -149,7 +149,8 @@ class ws_origin:
 # ---------------------------------------------------------------- sluice
 
 def config_text():
-    ports = ", ".join(str(o.port) for o in (st.origin_pmd, st.origin_raw, st.origin_plain))
+    ports = ", ".join([str(o.port) for o in (st.origin_pmd, st.origin_raw, st.origin_plain)] +
+                      [str(st.dead_port)])
     return f"""version: 1
 data_dir: {os.path.join(st.tmp, "data")}
 listeners:
@@ -200,6 +201,7 @@ def setUpModule():
         st.origin_plain = ws_origin(None, None, "deflate")
         st.proxy_port, st.metrics_port = tp.free_port(), tp.free_port()
         st.sup_port, st.admin_port = tp.free_port(), tp.free_port()
+        st.dead_port = tp.free_port()  # allowed by the policy, nothing listens on it
         st.audit = os.path.join(st.tmp, "audit.jsonl")
         st.sluice_ca = os.path.join(st.tmp, "data", "ca.pem")
         st.token = tp.github_classic_token()
@@ -635,6 +637,31 @@ class websocket_test(unittest.TestCase):
             run(go())
         self.assertEqual(cm.exception.status_code, 418)
         self.assertEqual(cm.exception.headers.get("X-Origin"), "refused")
+
+    def test_upgrade_to_an_origin_that_is_down_is_502_and_sluice_lives(self):
+        """The WebSocket front end's own refusal path (connect failure before the 101).
+        Under AddressSanitizer this crashed sluice (a refusal destroyed twice by GCC 12,
+        docs/ARCHITECTURE.md "Coroutines")."""
+        path = self.path("down")
+        authority = "127.0.0.1:%d" % st.dead_port
+        head = ("GET http://%s%s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"
+                "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n" % (authority, path, authority))
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", st.proxy_port),
+                                          timeout=IO_TIMEOUT_S) as c:
+                c.sendall(head.encode())
+                answer = b""
+                while b"\r\n\r\n" not in answer:
+                    chunk = c.recv(4096)
+                    if not chunk:
+                        break
+                    answer += chunk
+            self.assertTrue(answer.startswith(b"HTTP/1.1 502 "), answer[:200])
+            self.assertIsNone(st.sluice.poll(), "sluice exited")
+        _, _, hits = tp.wait_for_audit(
+            lambda r: path in r.get("url", "") and r.get("reason") == "upstream_connect")
+        self.assertGreaterEqual(len(hits), 1)
 
     def test_plain_ws_absolute_form(self):
         path = self.path("plain")
