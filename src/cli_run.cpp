@@ -415,6 +415,12 @@ int cmd_run(int argc, char** argv) {
     proxy::register_console_routes(**admin);
     proxy::register_control_routes(**admin, control);
     (*admin)->start();
+    // The proxy port opens last: a client (or a readiness probe) that reaches it finds the
+    // admin API, metrics and control already up.
+    if (auto listening = server.listen(); !listening) {
+        std::cerr << "sluice: " << listening.error() << "\n";
+        return 3;
+    }
 
     print_banner(server.listening_urls(), *settings);
     spdlog::info("admin API on http://{} (token in {}), metrics on http://{}/metrics",

@@ -3,6 +3,8 @@
 // scan is the one outcome an egress DLP must never produce.
 #include "sluice/dlp/inspector.hpp"
 
+#include "sluice/detectors/text.hpp"
+
 #include "sluice/detectors/finding.hpp"
 #include "sluice/dlp/hostname.hpp"
 
@@ -13,19 +15,8 @@ namespace sluice::dlp {
 
 namespace {
 
-std::string lower(std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) ==
-                      std::tolower(static_cast<unsigned char>(y));
-           });
-}
+using text::iequals;
+using text::lower;
 
 verdict internal_error() {
     verdict v;

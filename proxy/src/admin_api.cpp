@@ -1,5 +1,7 @@
 #include "sluice/proxy/admin_api.hpp"
 
+#include "sluice/detectors/text.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -291,12 +293,8 @@ load_or_create_admin_token(const std::filesystem::path& file) {
     unsigned char raw[32];
     if (RAND_bytes(raw, sizeof raw) != 1)
         return std::unexpected("admin token: no randomness available");
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string token;
-    for (unsigned char c : raw) {
-        token.push_back(hex[c >> 4]);
-        token.push_back(hex[c & 0xf]);
-    }
+    std::string token =
+        text::to_hex(std::string_view(reinterpret_cast<const char*>(raw), sizeof raw));
     OPENSSL_cleanse(raw, sizeof raw);
     // O_EXCL: two processes starting at once must not overwrite each other's token.
     int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

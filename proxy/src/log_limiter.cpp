@@ -1,5 +1,7 @@
 #include "sluice/proxy/log_limiter.hpp"
 
+#include "sluice/detectors/text.hpp"
+
 #include <spdlog/details/log_msg.h>
 #include <spdlog/pattern_formatter.h>
 
@@ -14,7 +16,7 @@ class json_message_flag : public spdlog::custom_flag_formatter {
 public:
     void format(const spdlog::details::log_msg& msg, const std::tm&,
                 spdlog::memory_buf_t& dest) override {
-        static constexpr char hex[] = "0123456789abcdef";
+        constexpr const char* hex = text::hex_lower;
         for (char c : std::string_view(msg.payload.data(), msg.payload.size())) {
             auto u = static_cast<unsigned char>(c);
             if (c == '"' || c == '\\') {

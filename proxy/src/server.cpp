@@ -259,8 +259,6 @@ server::create(std::shared_ptr<const config::settings> settings,
             acc->set_option(tcp::acceptor::reuse_address(true), ec);
         if (!ec)
             acc->bind(ep, ec);
-        if (!ec)
-            acc->listen(net::socket_base::max_listen_connections, ec);
         if (ec)
             return std::unexpected("listener " + l.host + ":" + std::to_string(l.port) + ": " +
                                    ec.message());
@@ -392,6 +390,16 @@ void heap_trimmer(server::impl* self) {
 }
 
 } // namespace
+
+std::expected<void, std::string> server::listen() {
+    for (auto& acc : impl_->acceptors) {
+        boost::system::error_code ec;
+        acc->listen(net::socket_base::max_listen_connections, ec);
+        if (ec)
+            return std::unexpected("listener " + bound_address(*acc) + ": " + ec.message());
+    }
+    return {};
+}
 
 void server::run() {
     for (std::size_t i = 0; i < impl_->acceptors.size(); ++i)

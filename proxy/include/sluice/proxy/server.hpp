@@ -28,6 +28,8 @@ class server {
 public:
     /// Binds every configured listener (fails with a message naming the address), loads
     /// the upstream trust store, and prepares `threads` io_contexts (0 = one per core).
+    /// The listeners are bound but not listening: a client connecting now is refused
+    /// (ECONNREFUSED) until listen(), so an open proxy port means sluice is ready.
     static std::expected<std::unique_ptr<server>, std::string>
     create(std::shared_ptr<const config::settings> settings,
            std::shared_ptr<certificate_authority> ca, std::unique_ptr<audit_log> audit,
@@ -35,6 +37,11 @@ public:
 
     ~server();
 
+    /// Starts listening on every bound listener. Call once, after the admin API and
+    /// everything the proxy port depends on are up, and before run(). Fails with a message
+    /// naming the address (listen(2) errors, e.g. EADDRINUSE when another socket took the
+    /// port with SO_REUSEPORT between bind and listen).
+    std::expected<void, std::string> listen();
     /// Serves until stop(); returns after live flows drained (bounded by a deadline).
     void run();
     /// Stops accepting and drains live flows (at most `drain_ms` milliseconds).
