@@ -98,6 +98,11 @@ class instance:
         self.proc.wait(timeout=10)
         self.reader.join(timeout=5)
 
+    def state(self):
+        """'running', or how the process ended (for failure messages)."""
+        rc = self.proc.poll()
+        return "running" if rc is None else "exited with %d" % rc
+
     def read_log(self, proc):
         for line in proc.stderr:
             with self.log_lock:

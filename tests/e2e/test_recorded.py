@@ -186,7 +186,9 @@ class disk_full_test(unittest.TestCase):
             while time.monotonic() < deadline and ld.refused < 200:
                 time.sleep(0.05)
             ld.finish()
-            self.assertGreaterEqual(ld.refused, 200, "the audit never filled: %d ok" % len(ld.ok))
+            self.assertGreaterEqual(ld.refused, 200, "the audit never filled: %d ok, %d refused, "
+                                    "sluice %s; log:\n%s" % (len(ld.ok), ld.refused,
+                                                              inst.state(), inst.log()[-4000:]))
             self.assertEqual(ld.other, [], "answers other than 200 and 503 audit_unavailable")
             recorded = recorded_paths(inst)
             missing_answered = [p for p in ld.ok if p not in recorded]
