@@ -121,6 +121,41 @@ TEST_F(transforms_test, utf16_and_utf32_in_either_order_with_or_without_bom) {
             }
 }
 
+TEST_F(transforms_test, wide_text_inside_other_bytes_at_any_offset) {
+    // A UTF-16/32 run after an ASCII prefix of any length (odd lengths put its characters
+    // at odd offsets; 5000 puts it past the 4 KiB the whole-buffer sniff looks at), and
+    // after a stray byte inside a UTF-16 body (the whole-buffer conversion reads it
+    // misaligned from there on).
+    const std::string text = "{\"key\": \"" + std::string(token) + "\"}";
+    for (const int width : {2, 4})
+        for (const bool be : {false, true})
+            for (const std::size_t prefix : {1u, 2u, 3u, 7u, 5000u}) {
+                const std::string body = std::string(prefix, 'a') + widen(text, width, be, false);
+                const auto found = scan(body);
+                ASSERT_FALSE(found.empty()) << width << be << prefix;
+                EXPECT_EQ(found.front().f.rule_id, "github-pat-classic");
+                // Either byte order's name: text at an odd offset reads the same as the
+                // other order shifted by one byte.
+                EXPECT_TRUE(found.front().variant.starts_with(width == 2 ? "utf16" : "utf32"))
+                    << width << be << prefix << ": " << found.front().variant;
+            }
+    const std::string lead = widen(std::string(600, 'x') + " note ", 2, false, true);
+    const auto found = scan(lead + "!" + widen(text, 2, false, false));
+    ASSERT_FALSE(found.empty());
+    EXPECT_EQ(found.front().variant, "utf16le");
+}
+
+TEST_F(transforms_test, wide_runs_in_binary_bytes_are_cheap_and_quiet) {
+    // NUL-rich bytes with short ASCII-looking runs and no secret: nothing is found, and a
+    // UTF-16 run of a harmless word decodes without a finding.
+    std::string bin;
+    for (int i = 0; i < 20000; ++i)
+        bin += static_cast<char>((i * 7919) % 251 == 0 ? 0 : (i % 3 == 0 ? 0 : 'A' + i % 26));
+    EXPECT_TRUE(scan(bin).empty());
+    EXPECT_TRUE(
+        scan(std::string(3, '\x01') + widen("just an ordinary sentence", 2, false, false)).empty());
+}
+
 TEST_F(transforms_test, the_transforms_nest_with_the_other_decoders) {
     // base64 of the token, sent as UTF-16LE; the token spaced out, then percent-encoded.
     const auto wide = widen("{\"k\": \"Z2hwX09oYlZycG9pVmdSVjVJZkxCY2Jmbm9HTWJKbVRQUzJnak51dA==\"}",

@@ -1,11 +1,11 @@
 // Text transforms a red-team pass sent a token through (decode.hpp): base32, ascii85,
-// UTF-16/32 (converted by ICU), byte lists, one separator between every character,
-// uuencode, rot13, and the whole-buffer finder more_views(). Each test that decides
+// byte lists, one separator between every character, uuencode, rot13, and the
+// whole-buffer finder more_views() (wide text is in wide.cpp). Each test that decides
 // whether a buffer is worth decoding looks at few bytes: the variant pipeline runs it on
 // every buffer it scans, and ordinary text must stay as cheap as it was.
-#include "sluice/dlp/decode.hpp"
+#include "views.hpp"
 
-#include <unicode/ucnv.h>
+#include "sluice/dlp/decode.hpp"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -19,9 +19,6 @@
 namespace sluice::dlp::decode {
 
 namespace {
-
-constexpr std::size_t max_views = 64;
-constexpr std::size_t min_chars = 8; // fewer decoded bytes than any secret's
 
 // A decoder's failure: no partial output is left behind.
 bool fail(std::string& out) noexcept {
@@ -73,41 +70,6 @@ bool list_byte(unsigned char c) noexcept {
 
 bool list_sep(unsigned char c) noexcept {
     return c == ',' || c == ';' || c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-
-// Room left under `limit` for a view of `n` bytes.
-bool room(std::size_t& used, std::size_t limit, std::size_t n, std::vector<text_view>& out,
-          std::size_t first) noexcept {
-    if (out.size() - first >= max_views || n > limit - std::min(limit, used))
-        return false;
-    used += n;
-    return true;
-}
-
-// Wide text: a NUL in the first 4 KiB (memchr), then a count of them, before sniffing.
-void wide_views(std::string_view d, std::size_t limit, std::size_t& used,
-                std::vector<text_view>& out, std::size_t first) {
-    if (d.size() < 32)
-        return;
-    // sniff_wide looks at the first 4 KiB only; so does the NUL count that gates it.
-    const auto head = d.substr(0, 4096);
-    const bool bom = (d[0] == '\xff' && d[1] == '\xfe') || (d[0] == '\xfe' && d[1] == '\xff');
-    if (!bom && head.find('\0') == std::string_view::npos)
-        return;
-    const auto nuls = static_cast<std::size_t>(std::count(head.begin(), head.end(), '\0'));
-    if (!bom && nuls * 4 < head.size())
-        return;
-    const char* enc = sniff_wide(d);
-    if (!enc)
-        return;
-    text_view v;
-    if (!wide_text(d, enc, v.bytes) || !room(used, limit, v.bytes.size(), out, first))
-        return;
-    v.step = enc[4] == '1' ? (enc[6] == 'L' ? "utf16le" : "utf16be")
-                           : (enc[6] == 'L' ? "utf32le" : "utf32be");
-    v.begin = 0;
-    v.end = d.size();
-    out.push_back(std::move(v));
 }
 
 // Quoted-printable outside a MIME part: a soft line break, or two "=HH" octets in a row
@@ -402,55 +364,6 @@ bool ascii85(std::string_view in, std::string& out) {
         for (int k = 0; k < n - 1; ++k)
             out.push_back(static_cast<char>((acc >> (8 * (3 - k))) & 0xffu));
     }
-    return !out.empty();
-}
-
-const char* sniff_wide(std::string_view in) noexcept {
-    if (in.size() < 32)
-        return nullptr;
-    const auto* p = reinterpret_cast<const unsigned char*>(in.data());
-    if (p[0] == 0xff && p[1] == 0xfe)
-        return p[2] == 0 && p[3] == 0 ? "UTF-32LE" : "UTF-16LE";
-    if (p[0] == 0 && p[1] == 0 && p[2] == 0xfe && p[3] == 0xff)
-        return "UTF-32BE";
-    if (p[0] == 0xfe && p[1] == 0xff)
-        return "UTF-16BE";
-    const std::size_t n = std::min<std::size_t>(in.size(), 4096) & ~std::size_t{3};
-    std::array<std::size_t, 4> z{};
-    for (std::size_t i = 0; i < n; ++i)
-        z[i & 3] += p[i] == 0 ? 1 : 0;
-    const std::size_t units = n / 4;
-    const auto hi = [&](std::size_t k) { return z[k] * 4 >= units * 3; };
-    const auto lo = [&](std::size_t k) { return z[k] * 4 <= units; };
-    if (lo(0) && hi(1) && hi(2) && hi(3))
-        return "UTF-32LE";
-    if (hi(0) && hi(1) && hi(2) && lo(3))
-        return "UTF-32BE";
-    if (lo(0) && hi(1) && lo(2) && hi(3))
-        return "UTF-16LE";
-    if (hi(0) && lo(1) && hi(2) && lo(3))
-        return "UTF-16BE";
-    return nullptr;
-}
-
-bool wide_text(std::string_view in, const char* encoding, std::string& out) {
-    out.clear();
-    if (in.empty())
-        return false;
-    // UTF-8 needs at most 3 bytes per UTF-16 unit (4 per surrogate pair), at most 4 per
-    // UTF-32 unit, plus room for the terminating NUL ucnv_convert writes.
-    out.resize(in.size() * 2 + 4);
-    UErrorCode st = U_ZERO_ERROR;
-    const auto len = ucnv_convert("UTF-8", encoding, out.data(), static_cast<int32_t>(out.size()),
-                                  in.data(), static_cast<int32_t>(in.size()), &st);
-    if (U_FAILURE(st) || len <= 0) {
-        out.clear();
-        return false;
-    }
-    out.resize(static_cast<std::size_t>(len));
-    // A byte-order mark converts to U+FEFF (EF BB BF): not part of the text.
-    if (out.starts_with("\xef\xbb\xbf"))
-        out.erase(0, 3);
     return !out.empty();
 }
 
