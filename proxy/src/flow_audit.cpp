@@ -11,7 +11,11 @@
 
 namespace sluice::proxy {
 
-void stamp(flow_context& fc, audit_record& r) {
+namespace {
+
+// The fields of a record the client chose, with whatever a detector finds in them
+// redacted: every record, inspected exchange or not, starts and completions alike.
+void scrub_client_fields(flow_context& fc, audit_record& r) {
     r.url = scrubbed(fc, r.url);
     // The methods of RFC 9110 section 9 and RFC 5789 need no scan; any other was chosen
     // by the client.
@@ -23,6 +27,12 @@ void stamp(flow_context& fc, audit_record& r) {
         r.approval->by = scrubbed(fc, r.approval->by);
         r.approval->reason = scrubbed(fc, r.approval->reason);
     }
+}
+
+} // namespace
+
+void stamp(flow_context& fc, audit_record& r) {
+    scrub_client_fields(fc, r);
     r.flow = fc.flow;
     r.identity = fc.identity;
     r.source = fc.source;
@@ -81,7 +91,9 @@ net::awaitable<bool> record_start(flow_context& fc, audit_record& rec, std::stri
     start.event = "start";
     start.decision = std::move(decision);
     start.reason = std::move(reason);
-    start.flow = fc.flow; // not stamp(): the exchange is counted once, by its completion
+    // Not stamp(): the exchange is counted once, by its completion. Scrubbed like it.
+    scrub_client_fields(fc, start);
+    start.flow = fc.flow;
     start.identity = fc.identity;
     start.source = fc.source;
     auto seq_ch = std::make_shared<audit_seq_channel>(co_await net::this_coro::executor, 1);

@@ -426,6 +426,19 @@ class t3_policy_test(base):
         self.assertEqual(r.status, 200, r)
         self.assertEqual(len(U.origin.requests_for(m2)), 1)
 
+    def test_uninspected_exchange_records_hold_no_secret(self):
+        # The GET lands on the `inspect: false` rule inside the intercepted tunnel: it goes
+        # out unscanned, as the policy says, but neither its start record nor its
+        # completion keeps the token the client put in the URL.
+        m, t = marker(), fresh_token()
+        r = in_tunnel("sound", b"GET", b"/sound/" + m.encode() + b"?t=" + t.encode())
+        self.assertEqual(r.status, 200, r)
+        data, _, hits = wait_for(lambda x: m in x.get("url", "") and x.get("event") == "end")
+        self.assertTrue(hits, "no completion record for " + m)
+        self.assertIn("start", [x.get("event") for x in tp_read_audit()[1]
+                                if m in x.get("url", "")])
+        self.assertNotIn(t.encode(), data)
+
     def test_plain_http_under_inspect_false_is_scanned(self):
         m, t = marker(), fresh_token()
         url = b"http://localhost:%d/opaque/%s" % (U.plain.port, m.encode())
