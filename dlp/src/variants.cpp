@@ -1104,19 +1104,25 @@ variant_status variant_scanner::process(std::string_view data, std::string& chai
                                         std::size_t depth, std::size_t outer_off,
                                         std::size_t outer_len, ctx& c) {
     auto st = scan_buffer(data, chain, outer_off, outer_len, c, nullptr);
-    if (st != variant_status::ok || !opts_.decoders || depth >= opts_.budget.max_depth)
+    if (st != variant_status::ok || !opts_.decoders)
         return st;
     c.next.clear();
     st = candidates(data, chain, depth, outer_off, outer_len, c);
     level cur;
     std::string seg_chain;
     while (st == variant_status::ok && !c.next.segs.empty()) {
+        // Something decodes once more than max_depth allows: it would go out unscanned,
+        // so the depth is a budget like the others (over_budget, 413 decode_budget).
+        if (depth >= opts_.budget.max_depth) {
+            st = variant_status::over_budget;
+            break;
+        }
         ++depth;
         std::swap(cur, c.next);
         c.next.clear();
         stats_.scanned_variants += cur.segs.size();
         st = scan_buffer(cur.buf, chain, 0, 0, c, &cur.segs);
-        if (st != variant_status::ok || depth >= opts_.budget.max_depth)
+        if (st != variant_status::ok)
             break;
         for (const auto& sg : cur.segs) {
             seg_chain = sg.chain;

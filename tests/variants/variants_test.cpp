@@ -638,6 +638,37 @@ TEST_F(variants_test, candidate_budget_is_a_result_not_a_skip) {
     EXPECT_EQ(raw_only.scan(body, "body", out), variant_status::ok);
 }
 
+// Deep chains (a red-team pass sent base64 x6 and x7, hex x6 and gzip x6 through, all
+// forwarded while max_depth was 5): found at any depth a real chain reaches, and a chain
+// deeper than max_depth is over budget, never forwarded unscanned.
+TEST_F(variants_test, deep_chains_are_found_or_over_budget) {
+    const std::string token(tokens().front().text);
+    const auto nest = [](std::string s, int times, auto&& step) {
+        for (int i = 0; i < times; ++i)
+            s = step(s);
+        return s;
+    };
+    const auto base64 = [](const std::string& s) { return b64(s, false, true); };
+    const auto hex = [](const std::string& s) { return hexenc(s, ""); };
+    const auto gz_b64 = [](const std::string& s) { return b64(gzip(s), false, true); };
+    for (const int times : {5, 6, 7, 9}) {
+        for (const auto& [name, wrapped] :
+             {std::pair{"base64", nest("key=" + token, times, base64)},
+              std::pair{"hex", nest("key=" + token, times > 6 ? 6 : times, hex)},
+              std::pair{"gzip>base64", nest("key=" + token, times > 6 ? 6 : times, gz_b64)}}) {
+            variant_scanner vs(*scanner_);
+            std::vector<variant_finding> out;
+            EXPECT_EQ(vs.scan(wrapped, "body", out), variant_status::ok) << name << " x" << times;
+            EXPECT_FALSE(out.empty()) << name << " x" << times;
+        }
+    }
+    variant_options shallow;
+    shallow.budget.max_depth = 3;
+    variant_scanner vs(*scanner_, shallow);
+    std::vector<variant_finding> out;
+    EXPECT_EQ(vs.scan(nest("key=" + token, 6, base64), "body", out), variant_status::over_budget);
+}
+
 // Base64 wrapped at any width, regular or not, with CRLF or LF line ends.
 TEST_F(variants_test, base64_wrapped_at_any_width) {
     const auto wrap = [](const std::string& in, const std::vector<std::size_t>& widths,

@@ -46,7 +46,10 @@ private:
 
 /// Limits per message (one variant_scanner, or between reset() calls).
 struct variant_budget {
-    std::size_t max_depth = 5; ///< decoders chained on one path (pct>pct>pct>base64>gzip)
+    /// Decoders chained on one path (pct>pct>pct>base64>gzip>...). A buffer that still
+    /// decodes after this many is over budget (413 decode_budget), not forwarded unscanned;
+    /// the byte and candidate budgets bound the work long before a real chain gets here.
+    std::size_t max_depth = 16;
     /// Absolute cap on bytes produced by all decoders together (Content-Encoding included).
     std::size_t max_decoded_bytes = 64u << 20;
     /// Relative cap: decoded bytes <= decoded_floor + decoded_ratio * input bytes.
