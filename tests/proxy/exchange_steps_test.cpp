@@ -3,6 +3,7 @@
 // built-in detectors. No socket: the steps never touch one, which is what makes them
 // testable one by one (the HTTP/1.1 front end that runs them is covered end to end).
 #include "exchange.hpp"
+#include "generation.hpp"
 
 #include "../dlp/test_support.hpp"
 
@@ -63,23 +64,14 @@ std::shared_ptr<const generation> make_gen(const std::string& yaml) {
             ADD_FAILURE() << d.line << ":" << d.column << ": " << d.message;
         return nullptr;
     }
-    auto gen = std::make_shared<generation>();
-    gen->settings = std::make_shared<const sluice::config::settings>(std::move(*s));
-    gen->upstream_tls = std::make_shared<boost::asio::ssl::context>(make_upstream_context({}));
-    std::vector<sluice::dlp::brokered_credential> creds;
-    for (const auto& c : gen->settings->credentials)
-        creds.push_back({.name = c.name,
-                         .placeholder = c.placeholder,
-                         .secret = c.source.value,
-                         .hosts = c.hosts,
-                         .ports = c.ports,
-                         .path_prefix = c.path_prefix,
-                         .header_name = c.header_name,
-                         .header_value_template = c.header_value_template,
-                         .query_name = c.query_name,
-                         .identities = c.identities});
-    gen->broker = std::make_shared<const sluice::dlp::credential_broker>(std::move(creds));
-    return gen;
+    // The server's own mapping: the broker and the protected values (the brokered secret
+    // among them) as a reload would build them.
+    auto gen = make_generation(std::make_shared<const sluice::config::settings>(std::move(*s)));
+    if (!gen) {
+        ADD_FAILURE() << gen.error();
+        return nullptr;
+    }
+    return *gen;
 }
 
 class exchange_steps : public ::testing::Test {
