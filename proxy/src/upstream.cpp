@@ -24,29 +24,40 @@ net::awaitable<std::optional<plain_stream>> connect_tcp(const destination& d, fl
     co_return std::optional<plain_stream>(std::move(s));
 }
 
+// Drops `up`'s previous connection and opens TCP to `d` (connect_tcp).
+template <class Stream>
+net::awaitable<std::optional<plain_stream>> reconnect_tcp(upstream<Stream>& up,
+                                                          const destination& d, flow_context& fc) {
+    up.stream.reset();
+    up.buffer.clear();
+    co_return co_await connect_tcp(d, fc);
+}
+
+// `up` now holds `s`, pooled under "host:port".
+template <class Stream>
+void keep(upstream<Stream>& up, Stream&& s, const destination& d) {
+    up.stream.emplace(std::move(s));
+    up.key = d.host + ":" + std::to_string(d.port);
+}
+
 } // namespace
 
 net::awaitable<connect_result> connect_upstream(upstream<plain_stream>& up, const destination& d,
                                                 flow_context& fc) {
-    up.stream.reset();
-    up.buffer.clear();
     const auto started = std::chrono::steady_clock::now();
-    auto s = co_await connect_tcp(d, fc);
+    auto s = co_await reconnect_tcp(up, d, fc);
     if (!s)
         co_return connect_result::connect_failed;
     if (fc.state->stats)
         fc.state->stats->on_upstream_connect(seconds_since(started), -1);
-    up.stream.emplace(std::move(*s));
-    up.key = d.host + ":" + std::to_string(d.port);
+    keep(up, std::move(*s), d);
     co_return connect_result::ok;
 }
 
 net::awaitable<connect_result> connect_upstream(upstream<upstream_tls>& up, const destination& d,
                                                 flow_context& fc) {
-    up.stream.reset();
-    up.buffer.clear();
     const auto started = std::chrono::steady_clock::now();
-    auto s = co_await connect_tcp(d, fc);
+    auto s = co_await reconnect_tcp(up, d, fc);
     if (!s)
         co_return connect_result::connect_failed;
     const double connect_s = seconds_since(started);
@@ -63,8 +74,7 @@ net::awaitable<connect_result> connect_upstream(upstream<upstream_tls>& up, cons
     }
     if (fc.state->stats)
         fc.state->stats->on_upstream_connect(connect_s, seconds_since(tls_started));
-    up.stream.emplace(std::move(tls));
-    up.key = d.host + ":" + std::to_string(d.port);
+    keep(up, std::move(tls), d);
     co_return connect_result::ok;
 }
 
