@@ -54,6 +54,74 @@ net::awaitable<admitted> admit_absolute(ClientStream& client, beast::flat_buffer
                                                                         : admitted::close;
 }
 
+// Who is calling, per request head (a Proxy-Authorization may come with any), and
+// whether that caller may be served on this connection: not killed, a policy, under its
+// connection limit, and the audit writable (no tunnel either while nothing can be
+// recorded). Sets fc.gen (the configuration in force for this request), fc.identity and
+// fc.policy.
+step_result identify(flow_context& fc, dlp::caller_evidence& evidence, const http::fields& head) {
+    auto pa = head.find(http::field::proxy_authorization);
+    evidence.proxy_authorization.reset();
+    if (pa != head.end())
+        evidence.proxy_authorization = std::string(pa->value());
+    fc.gen = fc.state->current.load();
+    fc.policy = nullptr;
+    auto who = dlp::resolve_caller(fc.gen->settings->identities, evidence);
+    fc.identity = who.identity.value_or("");
+    fc.policy = who.identity ? dlp::policy_for(fc.gen->settings->policies, fc.identity) : nullptr;
+    // Registered first, checked second: a kill that lists the flows after this
+    // registration closes it, one before it is seen by the check (control::kill).
+    if (fc.handle)
+        fc.state->ctl->set_identity(*fc.handle, fc.identity);
+    if (killed_now(fc))
+        return refusal{503, "killed"};
+    if (!who.identity)
+        return refusal{who.challenge ? 407u : 403u, std::string(who.reason)};
+    if (fc.policy == nullptr)
+        return refusal{403, "policy_deny"};
+    if (!fc.state->limits.acquire_connection(fc.identity, fc.policy->limits, fc.connection))
+        return refusal{429, "connection_limit", false, 1};
+    if (!fc.state->audit->healthy())
+        return refusal{503, "audit_unavailable"};
+    return std::nullopt;
+}
+
+// Answers a refusal of a request head (`rec`: its method and URL) and closes.
+template <class ClientStream>
+net::awaitable<void> refuse_head(ClientStream& client, flow_context& fc, const refusal& r,
+                                 const audit_record& rec) {
+    if (r.retry_after != 0)
+        co_await deny_limited(client, fc, r.reason, r.retry_after, rec, false);
+    else
+        co_await deny(client, fc, r.status, r.reason, rec, {}, false);
+}
+
+// A plain request for another host:port than the last: the connection's upstream is
+// dropped and `d` resolved and address-checked into `plain_dest` (resolved once per
+// upstream host:port). False: refused and answered, the connection closes.
+template <class ClientStream>
+net::awaitable<bool> switch_destination(ClientStream& client, flow_context& fc, destination& d,
+                                        destination& plain_dest, upstream<plain_stream>& plain_up,
+                                        const audit_record& rec) {
+    if (d.host == plain_dest.host && d.port == plain_dest.port)
+        co_return true;
+    plain_up.stream.reset();
+    plain_dest = std::move(d);
+    switch (co_await resolve_destination(plain_dest, *fc.policy)) {
+    case resolve_result::failed:
+        plain_dest = {};
+        co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
+        co_return false;
+    case resolve_result::private_address:
+        plain_dest = {};
+        co_await deny(client, fc, 403, "private_destination", rec, {}, false);
+        co_return false;
+    case resolve_result::ok:
+        break;
+    }
+    co_return true;
+}
+
 // The requests on one client connection (plain TCP or an HTTPS proxy listener):
 // absolute-form exchanges until a CONNECT takes the connection over.
 template <class ClientStream>
@@ -71,39 +139,8 @@ net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cb
         rec.method = std::string(hp.get().method_string());
         rec.url = audit_log::redact_query(hp.get().target(), true);
 
-        // Who is calling, per request head: a Proxy-Authorization may come with any.
-        auto pa = hp.get().find(http::field::proxy_authorization);
-        evidence.proxy_authorization.reset();
-        if (pa != hp.get().end())
-            evidence.proxy_authorization = std::string(pa->value());
-        fc.gen = fc.state->current.load(); // the configuration in force for this request
-        fc.policy = nullptr;
-        auto who = dlp::resolve_caller(fc.gen->settings->identities, evidence);
-        fc.identity = who.identity.value_or("");
-        fc.policy =
-            who.identity ? dlp::policy_for(fc.gen->settings->policies, fc.identity) : nullptr;
-        // Registered first, checked second: a kill that lists the flows after this
-        // registration closes it, one before it is seen by the check (control::kill).
-        if (fc.handle)
-            fc.state->ctl->set_identity(*fc.handle, fc.identity);
-        if (killed_now(fc)) {
-            co_await deny(client, fc, 503, "killed", rec, {}, false);
-            co_return;
-        }
-        if (!who.identity) {
-            co_await deny(client, fc, who.challenge ? 407 : 403, who.reason, rec, {}, false);
-            co_return;
-        }
-        if (fc.policy == nullptr) {
-            co_await deny(client, fc, 403, "policy_deny", rec, {}, false);
-            co_return;
-        }
-        if (!fc.state->limits.acquire_connection(fc.identity, fc.policy->limits, fc.connection)) {
-            co_await deny_limited(client, fc, "connection_limit", 1, rec, false);
-            co_return;
-        }
-        if (!fc.state->audit->healthy()) { // no tunnel either while nothing can be recorded
-            co_await deny(client, fc, 503, "audit_unavailable", rec, {}, false);
+        if (auto r = identify(fc, evidence, hp.get())) {
+            co_await refuse_head(client, fc, *r, rec);
             co_return;
         }
         if (hp.get().method() == http::verb::connect) {
@@ -125,22 +162,8 @@ net::awaitable<void> serve_requests(ClientStream& client, beast::flat_buffer& cb
         }
         if (fc.handle)
             fc.state->ctl->set_destination(*fc.handle, flow_kind::http, host_port(d, 0));
-        if (d.host != plain_dest.host || d.port != plain_dest.port) {
-            plain_up.stream.reset();
-            plain_dest = std::move(d);
-            switch (co_await resolve_destination(plain_dest, *fc.policy)) {
-            case resolve_result::failed:
-                plain_dest = {};
-                co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
-                co_return;
-            case resolve_result::private_address:
-                plain_dest = {};
-                co_await deny(client, fc, 403, "private_destination", rec, {}, false);
-                co_return;
-            case resolve_result::ok:
-                break;
-            }
-        }
+        if (!co_await switch_destination(client, fc, d, plain_dest, plain_up, rec))
+            co_return;
         tgt.dest = &plain_dest;
         auto end = co_await run_exchange(client, cbuf, hp, tgt, plain_up, fc);
         if (fc.unread_body != 0) { // refused with its body still coming
