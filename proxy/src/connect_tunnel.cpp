@@ -143,15 +143,13 @@ net::awaitable<bool> admit_connect(ClientStream& client, beast::flat_buffer& cbu
         co_return false;
     if (fc.handle)
         fc.state->ctl->set_destination(*fc.handle, flow_kind::tunnel, rec.url);
-    switch (co_await resolve_destination(d, *fc.policy)) {
-    case resolve_result::failed:
-        co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
+    // No co_await inside a switch (docs/ARCHITECTURE.md, "Coroutines").
+    if (const auto resolved = co_await resolve_destination(d, *fc.policy);
+        resolved != resolve_result::ok) {
+        const bool failed = resolved == resolve_result::failed;
+        co_await deny(client, fc, failed ? 502 : 403,
+                      failed ? "upstream_connect" : "private_destination", rec, {}, false);
         co_return false;
-    case resolve_result::private_address:
-        co_await deny(client, fc, 403, "private_destination", rec, {}, false);
-        co_return false;
-    case resolve_result::ok:
-        break;
     }
     // An opaque tunnel could carry a request that an earlier method- or path-constrained
     // deny or supervise rule must decide: then the tunnel is intercepted instead.

@@ -149,21 +149,19 @@ net::awaitable<step_result> hold_for_approval(flow_context& fc, exchange& ex, tc
         co_return std::nullopt;
     rec.decision = "supervise_denied";
     rec.duration_ms = elapsed_ms(ex.started);
-    switch (out.result) {
-    case kind::denied:
+    // No co_await inside a switch (docs/ARCHITECTURE.md, "Coroutines").
+    if (out.result == kind::denied)
         co_return refusal{403, "approval_denied", ex.client_keep_alive};
-    case kind::timed_out:
+    if (out.result == kind::timed_out)
         co_return refusal{403, "approval_timeout", ex.client_keep_alive};
-    case kind::withdrawn: // the client went away: nobody to answer
+    if (out.result == kind::withdrawn) { // the client went away: nobody to answer
         rec.reason = "approval_withdrawn";
         rec.findings = to_audit(ex.findings);
         if (co_await settle_audit(fc)) // in order, as in deny
             audit(fc, std::move(rec));
         co_return refusal{403, "approval_withdrawn", false, 0, true};
-    case kind::killed: // the socket is closed: the 503 rarely gets out
-    default:
-        co_return refusal{503, "killed"};
     }
+    co_return refusal{503, "killed"}; // killed: the socket is closed, the 503 rarely gets out
 }
 
 step_result prepare_forward(flow_context& fc, exchange& ex, http::request<http::string_body>& req,

@@ -107,19 +107,14 @@ net::awaitable<bool> switch_destination(ClientStream& client, flow_context& fc, 
         co_return true;
     plain_up.stream.reset();
     plain_dest = std::move(d);
-    switch (co_await resolve_destination(plain_dest, *fc.policy)) {
-    case resolve_result::failed:
-        plain_dest = {};
-        co_await deny(client, fc, 502, "upstream_connect", rec, {}, false);
-        co_return false;
-    case resolve_result::private_address:
-        plain_dest = {};
-        co_await deny(client, fc, 403, "private_destination", rec, {}, false);
-        co_return false;
-    case resolve_result::ok:
-        break;
-    }
-    co_return true;
+    const auto resolved = co_await resolve_destination(plain_dest, *fc.policy);
+    if (resolved == resolve_result::ok)
+        co_return true;
+    plain_dest = {};
+    const bool failed = resolved == resolve_result::failed;
+    co_await deny(client, fc, failed ? 502 : 403,
+                  failed ? "upstream_connect" : "private_destination", rec, {}, false);
+    co_return false;
 }
 
 // The requests on one client connection (plain TCP or an HTTPS proxy listener):
