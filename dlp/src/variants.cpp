@@ -1154,9 +1154,43 @@ variant_status variant_scanner::try_decoded(std::string_view decoded, std::strin
     return variant_status::ok;
 }
 
+// A decoded or inflated buffer that is itself compressed (gzip in gzip, zstd after junk
+// inside an inflated stream, bzip2 in base64 in gzip): each stream is opened and goes to
+// the next depth, so every layer counts against max_depth like base64 in base64, and a
+// buffer still compressed past it is over budget. Bytes around the streams are in this
+// depth's buffer and scanned with it. The body as sent is opened by scan_body.
+variant_status variant_scanner::open_compressed(std::string_view data, std::string& chain,
+                                                std::size_t depth, std::size_t outer_off,
+                                                std::size_t outer_len, ctx& c) {
+    std::string inflated;
+    std::string_view name;
+    const auto o = outer_len == npos ? std::size_t{0} : outer_off;
+    const auto l = outer_len == npos ? data.size() : outer_len;
+    const auto open = [&](std::size_t off) -> variant_status {
+        const auto rc = decode::sniffed(data.substr(off), decode_room(), inflated, name);
+        if (rc == decode::inflate_status::over_limit)
+            return variant_status::over_budget;
+        if (rc == decode::inflate_status::unknown || inflated.empty())
+            return variant_status::ok;
+        if (!charge(inflated.size()))
+            return variant_status::over_budget;
+        return try_decoded(inflated, name, chain, depth, o, l, c);
+    };
+    auto st = open(0);
+    for (const std::size_t off : decode::magic_offsets(data, 17))
+        if (st == variant_status::ok && off > 0)
+            st = open(off);
+    return st;
+}
+
 variant_status variant_scanner::candidates(std::string_view data, std::string& chain,
                                            std::size_t depth, std::size_t outer_off,
                                            std::size_t outer_len, ctx& c) {
+    if (depth > 0) {
+        auto st = open_compressed(data, chain, depth, outer_off, outer_len, c);
+        if (st != variant_status::ok)
+            return st;
+    }
     const auto* d = reinterpret_cast<const unsigned char*>(data.data());
     const std::size_t n = data.size();
     std::string decoded;
@@ -1962,7 +1996,7 @@ variant_status variant_scanner::scan_leftovers(const std::vector<std::string>& p
             if (!charge(inflated.size()))
                 return variant_status::over_budget;
             chain = base + ">" + lower(coding);
-            st = process(inflated, chain, 0, 0, npos, c);
+            st = process(inflated, chain, 1, 0, npos, c);
             if (st == variant_status::ok && !sub.empty())
                 st = scan_leftovers(sub, coding, chain, nest + 1, c);
             if (st != variant_status::ok)
@@ -1999,7 +2033,7 @@ variant_status variant_scanner::scan_embedded(std::string_view data, const std::
         if (!leftover)
             chain += "embedded>";
         chain += name;
-        auto st = process(inflated, chain, 0, 0, npos, c);
+        auto st = process(inflated, chain, 1, 0, npos, c);
         if (st == variant_status::ok && !left.empty())
             st = scan_leftovers(left, name, chain, 1, c);
         if (st != variant_status::ok)
@@ -2095,7 +2129,7 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
             if (!charge(inflated.size()))
                 return variant_status::over_budget;
             step(name);
-            st = process(inflated, chain, 0, 0, npos, c);
+            st = process(inflated, chain, 1, 0, npos, c);
             if (st != variant_status::ok)
                 return st;
         }

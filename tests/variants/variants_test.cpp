@@ -669,6 +669,50 @@ TEST_F(variants_test, deep_chains_are_found_or_over_budget) {
     EXPECT_EQ(vs.scan(nest("key=" + token, 6, base64), "body", out), variant_status::over_budget);
 }
 
+// Compressed inside compressed with no Content-Encoding (gzip of gzip, zstd of gzip, gzip
+// after junk inside a gzip, gzip in base64 in gzip): every layer is opened, each counting
+// against max_depth; one still compressed past it is 413 decode_budget, never forwarded.
+TEST_F(variants_test, compressed_in_compressed_without_content_encoding) {
+    const std::string token(tokens().front().text);
+    const auto zstd = [](const std::string& s) {
+        std::string z(ZSTD_compressBound(s.size()), '\0');
+        z.resize(ZSTD_compress(z.data(), z.size(), s.data(), s.size(), 3));
+        return z;
+    };
+    const auto gz_times = [](std::string s, int times) {
+        for (int i = 0; i < times; ++i)
+            s = gzip(s);
+        return s;
+    };
+    const std::string text = "export AWS_PROFILE=ci\nkey=" + token + "\n";
+    const std::vector<std::pair<std::string, std::string>> bodies = {
+        {"gzip x2", gz_times(text, 2)},
+        {"gzip x3", gz_times(text, 3)},
+        {"gzip x6", gz_times(text, 6)},
+        {"gzip x9", gz_times(text, 9)},
+        {"zstd>gzip", zstd(gzip(text))},
+        {"gzip>zstd>gzip", gzip(zstd(gzip(text)))},
+        {"junk+gzip in gzip", gzip("release notes, binary attached: " + gz_times(text, 2))},
+        {"gzip>base64>gzip", gzip("blob=" + b64(gzip(text), false, true))},
+        {"token after the inner stream", gzip(gzip("clean") + "\n" + text)},
+    };
+    for (const auto& [name, body] : bodies)
+        for (const std::string_view ct : {"application/octet-stream", "text/plain"}) {
+            auto v = inspect("/v1/upload", "api.example.com", {{"Content-Type", ct}}, body);
+            EXPECT_EQ(v.status, 403) << name << " " << ct << ": " << v.reason;
+        }
+    // Clean nested streams pass; a stack deeper than max_depth is over budget.
+    EXPECT_EQ(inspect("/v1/upload", "api.example.com",
+                      {{"Content-Type", "application/octet-stream"}},
+                      gz_times("{\"messages\": [\"hello\"]}", 4))
+                  .status,
+              200);
+    auto deep = inspect("/v1/upload", "api.example.com",
+                        {{"Content-Type", "application/octet-stream"}}, gz_times(text, 20));
+    EXPECT_EQ(deep.status, 413);
+    EXPECT_EQ(deep.reason, "decode_budget");
+}
+
 // Base64 wrapped at any width, regular or not, with CRLF or LF line ends.
 TEST_F(variants_test, base64_wrapped_at_any_width) {
     const auto wrap = [](const std::string& in, const std::vector<std::size_t>& widths,

@@ -161,6 +161,8 @@ private:
                                const std::vector<segment>* segs);
     variant_status candidates(std::string_view data, std::string& chain, std::size_t depth,
                               std::size_t outer_off, std::size_t outer_len, ctx& c);
+    variant_status open_compressed(std::string_view data, std::string& chain, std::size_t depth,
+                                   std::size_t outer_off, std::size_t outer_len, ctx& c);
     variant_status try_decoded(std::string_view decoded, std::string_view step, std::string& chain,
                                std::size_t depth, std::size_t off, std::size_t len, ctx& c);
     variant_status scan_leftovers(const std::vector<std::string>& parts, std::string_view coding,
