@@ -215,17 +215,19 @@ bool audit_log::healthy() const {
     auto fits = [&](std::uint64_t left) {
         return left >= reserved_.load() + options_.headroom + last_start_need_.load();
     };
-    if (fits(left_.load()) && room_.load())
-        return true;
-    // Refusing: look again now and then, so space freed behind our back admits flows
-    // without waiting for a write. A figure read here only ever lifts a refusal that the
-    // writer re-checks against its own figure when the start record comes.
+    const bool ok = fits(left_.load()) && room_.load();
+    // Look again every 100 ms, admitting or refusing: the writer's figure is refreshed
+    // only by a write, so space taken by another process would not be seen while no
+    // record is written (a long-lived WebSocket or tunnel relaying), and space freed
+    // behind our back would not admit flows. A figure read here only ever lifts a
+    // refusal that the writer re-checks against its own figure when the start record
+    // comes.
     std::unique_lock lock(room_mutex_, std::try_to_lock);
     if (!lock.owns_lock())
-        return false;
+        return ok;
     auto now = std::chrono::steady_clock::now();
     if (now - room_checked_ < std::chrono::milliseconds(100))
-        return false;
+        return ok;
     room_checked_ = now;
     std::uint64_t left = measure_left_locked();
     left_.store(left);

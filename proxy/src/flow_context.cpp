@@ -53,10 +53,27 @@ double seconds_since(std::chrono::steady_clock::time_point since) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
+namespace {
+constexpr std::size_t max_scrub_memo = 2048; // bytes of text the memo keeps
+} // namespace
+
 std::string scrubbed(const flow_context& fc, std::string_view text) {
+    // The same generation (rules, protected values) and the same text give the same
+    // result. Owner comparison: a freed generation's address may be reused, its control
+    // block may not while the memo holds it.
+    auto& memo = fc.last_scrub;
+    if (!memo.gen.owner_before(fc.gen) && !fc.gen.owner_before(memo.gen) && !memo.gen.expired() &&
+        text == memo.in)
+        return memo.out;
     dlp::variant_options vo;
     vo.protect = fc.gen->protect;
-    return dlp::redact_secrets(text, thread_scanner(fc.gen->settings->rules), vo);
+    std::string out = dlp::redact_secrets(text, thread_scanner(fc.gen->settings->rules), vo);
+    if (text.size() <= max_scrub_memo) { // a long url is not kept twice per idle flow
+        memo.gen = fc.gen;
+        memo.in.assign(text);
+        memo.out = out;
+    }
+    return out;
 }
 
 bool killed_now(const flow_context& fc) {

@@ -85,6 +85,14 @@ struct flow_context {
     // False until the client has sent a whole request head: a connection that has sent
     // nothing gets the head timeout, not the keep-alive idle timeout (read_head).
     bool heard = false;
+    // The last text scrubbed() read and what it made of it, under which generation: an
+    // exchange's start record and its completion carry the same url, scanned once.
+    struct scrub_memo {
+        std::weak_ptr<const generation> gen;
+        std::string in;
+        std::string out;
+    };
+    mutable scrub_memo last_scrub;
 };
 
 /// This thread's scanner for `rules`. Scratch is per thread (Hyperscan "Scratch Space");

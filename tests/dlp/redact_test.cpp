@@ -159,3 +159,22 @@ TEST_F(redact_test, clean_names_and_dotted_text_are_unchanged) {
         EXPECT_EQ(redact(text), text);
     }
 }
+
+// Red-team finding (issue 25, item 10): the hex of a token spelled into host labels of any
+// width, under a refused CONNECT or absolute-form request, leaves nothing of it in a record.
+TEST_F(redact_test, a_hex_secret_spelled_into_host_labels_is_redacted) {
+    const auto h = hex(token(8));
+    for (const std::size_t width : {12u, 16u, 20u, 32u, 40u, 63u}) {
+        std::string host;
+        for (std::size_t p = 0; p < h.size(); p += width)
+            host += h.substr(p, width) + ".";
+        host += "x.attacker.example";
+        for (const std::string& text : {"https://" + host + ":443/", host + ":443",
+                                        "http://" + host + "/p?q=1"}) {
+            const auto out = redact(text);
+            for (std::size_t p = 0; p + 12 <= h.size(); p += width)
+                EXPECT_EQ(out.find(h.substr(p, 12)), std::string::npos)
+                    << "width " << width << ": " << out;
+        }
+    }
+}

@@ -25,6 +25,7 @@ import base64
 import binascii
 import bz2
 import codecs
+import gzip
 import http.client
 import json
 import os
@@ -290,6 +291,30 @@ class compressed_body_test(unittest.TestCase):
                 code, answer = lb.upload("agent", path, body)
                 self.assertEqual(code, "403", (kind, answer[:300]))
                 self.assertEqual(json.loads(answer)["reason"], "dlp_finding", kind)
+                self.assertEqual(lb.origin_got(path), [], "%s reached the origin" % kind)
+
+    def test_compressed_inside_compressed_is_refused(self):
+        """gzip of gzip (x2, x6), bzip2 of gzip, gzip after junk inside gzip: no
+        Content-Encoding, every layer opened; a 20-deep stack is 413 decode_budget."""
+        def gz(d, times=1):
+            for _ in range(times):
+                d = gzip.compress(d)
+            return d
+        for kind, make, code_want, reason in (
+                ("gzip-x2", lambda d: gz(d, 2), "403", "dlp_finding"),
+                ("gzip-x6", lambda d: gz(d, 6), "403", "dlp_finding"),
+                ("bzip2-gzip", lambda d: bz2.compress(gz(d)), "403", "dlp_finding"),
+                ("junk-gzip-in-gzip", lambda d: gz(b"notes follow " + gz(d)), "403",
+                 "dlp_finding"),
+                ("gzip-x20", lambda d: gz(d, 20), "413", "decode_budget")):
+            with self.subTest(kind):
+                t = fresh_token().encode()
+                body = make(b"key=" + t + b"\n")
+                self.assertNotIn(t, body)
+                path = "/nested/%s/%s" % (kind, tp.marker())
+                code, answer = lb.upload("agent", path, body)
+                self.assertEqual(code, code_want, (kind, answer[:300]))
+                self.assertEqual(json.loads(answer)["reason"], reason, kind)
                 self.assertEqual(lb.origin_got(path), [], "%s reached the origin" % kind)
 
     def test_random_binary_is_forwarded(self):

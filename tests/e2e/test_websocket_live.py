@@ -255,6 +255,53 @@ class websocket_live_test(unittest.TestCase):
         self.assertEqual(L.origin.messages(path2), ["again"])
 
 
+    def test_a_fill_by_another_writer_is_seen_while_no_record_is_written(self):
+        """No record is written while a session relays, and sluice still sees the audit's
+        file system fill up (it reads the free space again every 100 ms): /readyz turns
+        503 and the next message closes the session 1011, never reaching the origin."""
+        if L.mnt is None:
+            self.skipTest("cannot mount a tmpfs for the audit (needs CAP_SYS_ADMIN)")
+        path = "/live-fill/" + tp.marker()
+        filler = os.path.join(L.mnt, "filler")
+
+        async def go():
+            ws = await tw.open_wss(L.origin, path)
+            await ws.send("before")
+            self.assertEqual(await asyncio.wait_for(ws.recv(), tw.IO_TIMEOUT_S), "before")
+            try:
+                with open(filler, "wb", buffering=0) as f:
+                    try:
+                        while True:
+                            f.write(b"\0" * 65536)
+                    except OSError:
+                        pass
+                ready = await asyncio.get_running_loop().run_in_executor(None, readyz_refuses)
+                self.assertTrue(ready, "/readyz stayed 200 with the audit's disk full")
+                await ws.send("while full")
+                return await tw.expect_closed(ws)
+            finally:
+                os.unlink(filler)
+
+        code, _ = run(go())
+        self.assertEqual(code, 1011)
+        self.assertEqual(L.origin.messages(path), ["before"])
+
+
+def readyz_refuses():
+    """True once sluice's /readyz answers 503 (asked again at once until then, bounded by
+    IO_TIMEOUT_S)."""
+    deadline = time.monotonic() + tw.IO_TIMEOUT_S
+    while time.monotonic() < deadline:
+        conn = http.client.HTTPConnection("127.0.0.1", L.admin_port, timeout=tw.IO_TIMEOUT_S)
+        try:
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 503:
+                return True
+        finally:
+            conn.close()
+    return False
+
+
 def plain_request():
     """One request through sluice to the origin; its status (503 while the audit is full,
     retried until sluice has found out)."""

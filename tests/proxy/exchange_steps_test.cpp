@@ -309,3 +309,21 @@ TEST_F(exchange_steps, prepare_forward_keeps_a_secret_off_plain_http) {
 }
 
 } // namespace
+
+// scrubbed() keeps its last answer for the next record of the exchange, but never across
+// a configuration: a value the new generation protects is redacted in a text the old one
+// let through, even when the old generation is gone and its memory reused.
+TEST_F(exchange_steps, scrubbed_follows_the_generation_of_the_flow) {
+    const std::string text = "https://api.example.com/x?k=second-secret-value-9876543210";
+    EXPECT_EQ(scrubbed(fc_, text), text);
+    EXPECT_EQ(scrubbed(fc_, text), text); // from the memo
+    ::setenv("SLUICE_STEPS_TEST_SECRET", "second-secret-value-9876543210", 1);
+    state_->current.store(nullptr);
+    fc_.gen = nullptr; // the old generation is freed
+    fc_.gen = make_gen(config_text("deny", "600"));
+    ASSERT_NE(fc_.gen, nullptr);
+    fc_.policy = sluice::dlp::policy_for(fc_.gen->settings->policies, "agent");
+    const std::string now = scrubbed(fc_, text);
+    EXPECT_EQ(now.find("second-secret-value"), std::string::npos) << now;
+    EXPECT_EQ(scrubbed(fc_, text), now);
+}
