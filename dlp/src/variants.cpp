@@ -833,7 +833,7 @@ std::size_t next_piece_end(const unsigned char* d, std::size_t q, std::size_t j,
 }
 
 // Runs of equal groups of base64-alphabet bytes (and '=' at the very end), 4 to 76
-// bytes each, separated by one space, LF or CRLF, the last group possibly shorter: two
+// bytes each, separated by spaces, LF or CRLF, the last group possibly shorter: two
 // groups or more and 24 alphabet bytes or more. Calls on_span(begin, end) for each.
 // Separators are found 16 bytes at a time; the per-group work only runs at separators,
 // and the alphabet test only for a run of equal lengths (ordinary words rarely line up).
@@ -879,6 +879,13 @@ void spaced_groups(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
         if (d[k] == '\n' && ge > gbegin && d[ge - 1] == '\r')
             --ge;
         const std::size_t len = ge - gbegin;
+        const bool blank_line = d[k] == '\n' && ge > 0 && d[ge - 1] == '\n';
+        if (len == 0 && groups > 0 && !blank_line) {
+            // Two or more spaces between groups ("Z2hw  X2Fi"), a space before a line
+            // break, indented lines: one separator. A blank line ends the streak.
+            gbegin = k + 1;
+            return;
+        }
         if (groups > 0 && len == group_len) {
             ++groups;
             last_end = ge;
@@ -1799,7 +1806,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
     }
     if (na_begin != npos)
         na_regions.emplace_back(na_begin, na_end);
-    // Base64 or hex cut into equal groups by single spaces or line breaks ("Z2hw X2Fi ...",
+    // Base64 or hex cut into equal groups by spaces or line breaks ("Z2hw X2Fi ...",
     // a space every 12 characters): the groups joined and decoded as one run.
     if (opts_.enabled & (dec_base64 | dec_hex)) {
         std::string joined;

@@ -752,6 +752,36 @@ TEST_F(variants_test, base64_wrapped_at_any_width) {
     }
 }
 
+// Base64 cut into equal groups by two or three spaces, a space and a line break, or
+// indented lines (a YAML block): the groups are joined like single-space groups. A blank
+// line ends a run, so two paragraphs of words are not read as one.
+TEST_F(variants_test, base64_groups_with_runs_of_spaces_or_indented_lines) {
+    const auto cut = [](const std::string& in, std::size_t every, std::string_view sep) {
+        std::string out;
+        for (std::size_t p = 0; p < in.size(); p += every) {
+            if (p)
+                out += sep;
+            out += in.substr(p, every);
+        }
+        return out;
+    };
+    for (const auto& t : tokens()) {
+        const std::string enc = b64("API_KEY=" + t.text + "\n", false, true);
+        for (const auto& [every, sep] : {std::pair<std::size_t, std::string_view>{12, "  "},
+                                         {12, "   "},
+                                         {8, "  "},
+                                         {16, " \n"},
+                                         {20, "\n    "},
+                                         {24, "\r\n  "}}) {
+            const std::string body = "data:\n    " + cut(enc, every, sep) + "\nend\n";
+            auto v = inspect("/v1/x", "api.example.com", {{"Content-Type", "text/plain"}}, body);
+            EXPECT_TRUE(v.status == 403 && has_rule(v, t.rule))
+                << t.rule << " every " << every << " sep "
+                << testing::PrintToString(std::string(sep)) << ": " << v.status << " " << v.reason;
+        }
+    }
+}
+
 // Base64 glued to the word before it ("upl<base64>"): decoding from the run's start
 // misaligns every group when the word's length is not a multiple of 4, so the base64 is
 // found at start alignments 1, 2 and 3 too; padded or not, wrapped or not, with a word
