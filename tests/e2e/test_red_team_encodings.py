@@ -218,6 +218,14 @@ def encodings(t):
         "utf16le": ('{"k": "%s"}' % t).encode("utf-16-le"),
         "utf16be": ('{"k": "%s"}' % t).encode("utf-16-be"),
         "utf32": ('{"k": "%s"}' % t).encode("utf-32"),
+        # Wide text inside other bytes: after a binary prefix longer than the 4 KiB the
+        # whole-body sniff reads, and at an odd offset.
+        "utf32le-after-binary": bytes(range(256)) * 24 + ("k=%s;" % t).encode("utf-32-le"),
+        "utf16be-odd-offset": b"\x07" + bytes(range(256)) * 20 +
+                              ("k=%s;" % t).encode("utf-16-be"),
+        "base64-two-spaces": b"blob: " + b"  ".join(
+            base64.b64encode(b"k=" + tb + b"\n")[i:i + 12]
+            for i in range(0, len(base64.b64encode(b"k=" + tb + b"\n")), 12)),
         "qp-soft-break": b"key: " + tb[:20] + b"=\r\n" + tb[20:] + b"\r\n",
         "qp-every-byte": b"key=" + b"".join(b"=%02X" % c for c in tb),
         "bytes-hex": b",".join(b"0x%02x" % c for c in tb),
