@@ -1598,7 +1598,9 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         const unsigned char t = d[i];
         bool valid = false;
         if (t == '%') {
-            valid = i + 2 < n && is_hex(d[i + 1]) && is_hex(d[i + 2]);
+            valid = (i + 2 < n && is_hex(d[i + 1]) && is_hex(d[i + 2])) ||
+                    (i + 5 < n && (d[i + 1] == 'u' || d[i + 1] == 'U') && is_hex(d[i + 2]) &&
+                     is_hex(d[i + 3]) && is_hex(d[i + 4]) && is_hex(d[i + 5]));
         } else if (t == '\\') {
             // Only escapes that can spell arbitrary characters (\u, \x, octal) or split a
             // URL (\/) start a region; \n and \" alone are everywhere in JSON and code

@@ -230,6 +230,17 @@ std::string homoglyphs(std::string_view in) {
     return out;
 }
 
+// Every byte of `s` through printf format `fmt` (one unsigned conversion).
+std::string escape_each(std::string_view s, const char* fmt) {
+    std::string out;
+    char buf[16];
+    for (const unsigned char c : s) {
+        std::snprintf(buf, sizeof buf, fmt, static_cast<unsigned>(c));
+        out += buf;
+    }
+    return out;
+}
+
 std::string gzip(std::string_view in) {
     z_stream zs{};
     EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
@@ -276,6 +287,11 @@ const std::vector<wrapping>& single_only() {
         {"pct2", [](std::string_view s) { return pct_all(pct_all(s)); }},
         {"pct3", [](std::string_view s) { return pct_all(pct_all(pct_all(s))); }},
         {"base64-wrap64", [](std::string_view s) { return b64(s, false, true, 64); }},
+        // Escapes of other languages (issue 21): \UXXXXXXXX (C, Python), \x{XX} (Perl),
+        // %uXXXX (JavaScript's escape()).
+        {"esc-U8", [](std::string_view s) { return escape_each(s, "\\U%08X"); }},
+        {"esc-x-brace", [](std::string_view s) { return escape_each(s, "\\x{%x}"); }},
+        {"pct-u", [](std::string_view s) { return escape_each(s, "%%u%04X"); }},
     };
     return w;
 }
@@ -1117,6 +1133,14 @@ TEST(decoders, unit_cases) {
     EXPECT_TRUE(decode::js_escape("\\ud83d\\ude00\\x41\\n\\\"\\u{1F600}", out));
     EXPECT_EQ(out, "\xF0\x9F\x98\x80"
                    "A\n\"\xF0\x9F\x98\x80");
+    EXPECT_TRUE(decode::percent("%u0041%U00e9%u12", out));
+    EXPECT_EQ(out, "A\xC3\xA9%u12");
+    EXPECT_TRUE(decode::js_escape("\\U00000041\\U0001F600\\x{42}\\x{1F600}", out));
+    EXPECT_EQ(out, "A\xF0\x9F\x98\x80"
+                   "B\xF0\x9F\x98\x80");
+    // Not escapes: too few digits, out of range, no closing brace.
+    EXPECT_TRUE(decode::js_escape("\\U0041 \\UFFFFFFFF \\x{} \\x{41", out));
+    EXPECT_EQ(out, "U0041 UFFFFFFFF x{} x{41");
     EXPECT_TRUE(decode::html_entities("&lt;&#65;&#x42;&amp;&bogus;", out));
     EXPECT_EQ(out, "<AB&&bogus;");
     EXPECT_TRUE(decode::quoted_printable("a=3Db=\r\nc", out));

@@ -141,6 +141,16 @@ bool percent(std::string_view in, std::string& out, bool plus_is_space) {
     for (std::size_t i = 0; i < in.size(); ++i) {
         const char c = in[i];
         if (c == '%') {
+            // %uXXXX (the non-standard form of JavaScript's escape() and IIS): a code point.
+            const long u = i + 1 < in.size() && (in[i + 1] == 'u' || in[i + 1] == 'U')
+                               ? hex_n(in, i + 2, 4)
+                               : -1;
+            if (u >= 0) {
+                put_utf8(static_cast<std::uint32_t>(u), out);
+                i += 5;
+                changed = true;
+                continue;
+            }
             const long v = hex_n(in, i + 1, 2);
             if (v >= 0) {
                 out += static_cast<char>(v);
@@ -209,6 +219,31 @@ bool js_escape(std::string_view in, std::string& out) {
             continue;
         }
         pending_high = 0;
+        if (e == 'U') { // \UXXXXXXXX (C, Python): eight hex digits, a code point
+            const long v = hex_n(in, i + 2, 8);
+            if (v >= 0 && v <= 0x10FFFF) {
+                put_utf8(static_cast<std::uint32_t>(v), out);
+                i += 9;
+            } else {
+                out += 'U';
+                ++i;
+            }
+            continue;
+        }
+        if (e == 'x' && i + 2 < n && in[i + 2] == '{') { // \x{XX} (Perl, PCRE): a code point
+            const std::size_t close = in.find('}', i + 3);
+            const long v = close != std::string_view::npos && close > i + 3 && close - (i + 3) <= 6
+                               ? hex_n(in, i + 3, close - (i + 3))
+                               : -1;
+            if (v >= 0 && v <= 0x10FFFF) {
+                put_utf8(static_cast<std::uint32_t>(v), out);
+                i = close;
+            } else {
+                out += 'x';
+                ++i;
+            }
+            continue;
+        }
         if (e == 'x') {
             const long v = hex_n(in, i + 2, 2);
             if (v >= 0) {

@@ -25,12 +25,14 @@ bool base64(std::string_view in, std::string& out);
 /// nothing decoded.
 bool hex(std::string_view in, std::string& out);
 
-/// Percent-decoding (%HH; invalid sequences are kept as they are); with `plus_is_space`
+/// Percent-decoding (%HH, and %uXXXX as a code point in UTF-8, the form of JavaScript's
+/// escape(); invalid sequences are kept as they are); with `plus_is_space`
 /// '+' becomes ' ' (application/x-www-form-urlencoded). True if anything was decoded.
 bool percent(std::string_view in, std::string& out, bool plus_is_space = false);
 
 /// JSON and JavaScript string escapes: \uXXXX (surrogate pairs joined, lone surrogates
-/// dropped), \u{X...}, \xNN, \0-\7 octal, \n \r \t \b \f \v \" \' \\ \/; an unknown
+/// dropped), \u{X...}, \UXXXXXXXX (C, Python), \xNN, \x{X...} (Perl), \0-\7 octal,
+/// \n \r \t \b \f \v \" \' \\ \/; an unknown
 /// escape yields the escaped character. Output is UTF-8. True if anything was decoded.
 bool js_escape(std::string_view in, std::string& out);
 
