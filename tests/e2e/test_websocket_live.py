@@ -275,8 +275,8 @@ class websocket_live_test(unittest.TestCase):
                             f.write(b"\0" * 65536)
                     except OSError:
                         pass
-                ready = await asyncio.get_running_loop().run_in_executor(None, readyz_refuses)
-                self.assertTrue(ready, "/readyz stayed 200 with the audit's disk full")
+                full = await asyncio.get_running_loop().run_in_executor(None, readyz_is, 503)
+                self.assertTrue(full, "/readyz stayed 200 with the audit's disk full")
                 await ws.send("while full")
                 return await tw.expect_closed(ws)
             finally:
@@ -285,17 +285,19 @@ class websocket_live_test(unittest.TestCase):
         code, _ = run(go())
         self.assertEqual(code, 1011)
         self.assertEqual(L.origin.messages(path), ["before"])
+        # Room again, seen the same way, before the next test opens a session.
+        self.assertTrue(readyz_is(200), "/readyz stayed 503 after the space was freed")
 
 
-def readyz_refuses():
-    """True once sluice's /readyz answers 503 (asked again at once until then, bounded by
-    IO_TIMEOUT_S)."""
+def readyz_is(status):
+    """True once sluice's /readyz answers `status` (asked again at once until then,
+    bounded by IO_TIMEOUT_S)."""
     deadline = time.monotonic() + tw.IO_TIMEOUT_S
     while time.monotonic() < deadline:
         conn = http.client.HTTPConnection("127.0.0.1", L.admin_port, timeout=tw.IO_TIMEOUT_S)
         try:
             conn.request("GET", "/readyz")
-            if conn.getresponse().status == 503:
+            if conn.getresponse().status == status:
                 return True
         finally:
             conn.close()
