@@ -203,10 +203,12 @@ class websocket_live_test(unittest.TestCase):
             lambda r: path in r.get("url", "") and r.get("reason") == "policy_deny")
         self.assertTrue(hits, records_for(path))
 
-    def test_nothing_is_relayed_while_no_record_can_be_written(self):
+    def relay_until_the_disk_fills(self, path, noticed):
+        """Opens a session on `path` and relays one message; another writer fills the
+        audit's file system; once `noticed()` is true (sluice has seen it) one more message
+        is sent. Returns how the session was closed; the filler is removed."""
         if L.mnt is None:
             self.skipTest("cannot mount a tmpfs for the audit (needs CAP_SYS_ADMIN)")
-        path = "/live-audit/" + tp.marker()
         filler = os.path.join(L.mnt, "filler")
 
         async def go():
@@ -214,23 +216,26 @@ class websocket_live_test(unittest.TestCase):
             await ws.send("before")
             self.assertEqual(await asyncio.wait_for(ws.recv(), tw.IO_TIMEOUT_S), "before")
             try:
-                # Another writer fills the audit's file system; sluice finds out on its
-                # next record (a plain request here), then refuses everything.
                 with open(filler, "wb", buffering=0) as f:
                     try:
                         while True:
                             f.write(b"\0" * 65536)
                     except OSError:
                         pass
-                status = await asyncio.get_running_loop().run_in_executor(
-                    None, plain_request)
-                self.assertEqual(status, 503)
+                seen = await asyncio.get_running_loop().run_in_executor(None, noticed)
+                self.assertTrue(seen, "sluice did not notice the full disk")
                 await ws.send("while full")
                 return await tw.expect_closed(ws)
             finally:
                 os.unlink(filler)
 
-        code, _ = run(go())
+        return run(go())
+
+    def test_nothing_is_relayed_while_no_record_can_be_written(self):
+        # sluice finds out on its next record (a plain request here), then refuses
+        # everything.
+        path = "/live-audit/" + tp.marker()
+        code, _ = self.relay_until_the_disk_fills(path, lambda: plain_request() == 503)
         self.assertEqual(code, 1011)
         self.assertEqual(L.origin.messages(path), ["before"])
         # Room again: new sessions work.
@@ -254,35 +259,12 @@ class websocket_live_test(unittest.TestCase):
         run(again())
         self.assertEqual(L.origin.messages(path2), ["again"])
 
-
     def test_a_fill_by_another_writer_is_seen_while_no_record_is_written(self):
         """No record is written while a session relays, and sluice still sees the audit's
         file system fill up (it reads the free space again every 100 ms): /readyz turns
         503 and the next message closes the session 1011, never reaching the origin."""
-        if L.mnt is None:
-            self.skipTest("cannot mount a tmpfs for the audit (needs CAP_SYS_ADMIN)")
         path = "/live-fill/" + tp.marker()
-        filler = os.path.join(L.mnt, "filler")
-
-        async def go():
-            ws = await tw.open_wss(L.origin, path)
-            await ws.send("before")
-            self.assertEqual(await asyncio.wait_for(ws.recv(), tw.IO_TIMEOUT_S), "before")
-            try:
-                with open(filler, "wb", buffering=0) as f:
-                    try:
-                        while True:
-                            f.write(b"\0" * 65536)
-                    except OSError:
-                        pass
-                full = await asyncio.get_running_loop().run_in_executor(None, readyz_is, 503)
-                self.assertTrue(full, "/readyz stayed 200 with the audit's disk full")
-                await ws.send("while full")
-                return await tw.expect_closed(ws)
-            finally:
-                os.unlink(filler)
-
-        code, _ = run(go())
+        code, _ = self.relay_until_the_disk_fills(path, lambda: readyz_is(503))
         self.assertEqual(code, 1011)
         self.assertEqual(L.origin.messages(path), ["before"])
         # Room again, seen the same way, before the next test opens a session.
