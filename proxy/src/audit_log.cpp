@@ -215,18 +215,21 @@ bool audit_log::healthy() const {
     auto fits = [&](std::uint64_t left) {
         return left >= reserved_.load() + options_.headroom + last_start_need_.load();
     };
-    const bool ok = fits(left_.load()) && room_.load();
+    const bool fits_last = fits(left_.load());
+    const bool admitting = room_.load();
+    const bool ok = fits_last && admitting;
     // Look again every 100 ms, admitting or refusing: the writer's figure is refreshed
     // only by a write, so space taken by another process would not be seen while no
     // record is written (a long-lived WebSocket or tunnel relaying), and space freed
-    // behind our back would not admit flows. A figure read here only ever lifts a
-    // refusal that the writer re-checks against its own figure when the start record
-    // comes.
+    // behind our back would not admit flows. At once when the writer's last figure turns
+    // an admitting log into a refusing one: the refusal is then counted and said now.
+    // A figure read here only ever lifts a refusal that the writer re-checks against its
+    // own figure when the start record comes.
     std::unique_lock lock(room_mutex_, std::try_to_lock);
     if (!lock.owns_lock())
         return ok;
     auto now = std::chrono::steady_clock::now();
-    if (now - room_checked_ < std::chrono::milliseconds(100))
+    if (!(admitting && !fits_last) && now - room_checked_ < std::chrono::milliseconds(100))
         return ok;
     room_checked_ = now;
     std::uint64_t left = measure_left_locked();
