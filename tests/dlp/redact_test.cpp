@@ -169,8 +169,8 @@ TEST_F(redact_test, a_hex_secret_spelled_into_host_labels_is_redacted) {
         for (std::size_t p = 0; p < h.size(); p += width)
             host += h.substr(p, width) + ".";
         host += "x.attacker.example";
-        for (const std::string& text : {"https://" + host + ":443/", host + ":443",
-                                        "http://" + host + "/p?q=1"}) {
+        for (const std::string& text :
+             {"https://" + host + ":443/", host + ":443", "http://" + host + "/p?q=1"}) {
             const auto out = redact(text);
             for (std::size_t p = 0; p + 12 <= h.size(); p += width)
                 EXPECT_EQ(out.find(h.substr(p, 12)), std::string::npos)
