@@ -76,6 +76,15 @@ long hex_n(std::string_view in, std::size_t i, std::size_t n) noexcept {
     return v;
 }
 
+// "{X...}" at in[open] (\u{...}, \x{...}): 1 to 6 hex digits, then '}' at `close`. The
+// value, or -1 when the form does not hold.
+long braced_hex(std::string_view in, std::size_t open, std::size_t& close) noexcept {
+    close = in.find('}', open + 1);
+    if (close == std::string_view::npos || close == open + 1 || close - (open + 1) > 6)
+        return -1;
+    return hex_n(in, open + 1, close - (open + 1));
+}
+
 } // namespace
 
 bool base64(std::string_view in, std::string& out) {
@@ -187,12 +196,9 @@ bool js_escape(std::string_view in, std::string& out) {
             long v = -1;
             std::size_t len = 0;
             if (i + 2 < n && in[i + 2] == '{') {
-                const std::size_t close = in.find('}', i + 3);
-                if (close != std::string_view::npos && close - (i + 3) >= 1 &&
-                    close - (i + 3) <= 6) {
-                    v = hex_n(in, i + 3, close - (i + 3));
-                    len = close - i + 1;
-                }
+                std::size_t close = 0;
+                v = braced_hex(in, i + 2, close);
+                len = close - i + 1;
             } else {
                 v = hex_n(in, i + 2, 4);
                 len = 6;
@@ -231,10 +237,8 @@ bool js_escape(std::string_view in, std::string& out) {
             continue;
         }
         if (e == 'x' && i + 2 < n && in[i + 2] == '{') { // \x{XX} (Perl, PCRE): a code point
-            const std::size_t close = in.find('}', i + 3);
-            const long v = close != std::string_view::npos && close > i + 3 && close - (i + 3) <= 6
-                               ? hex_n(in, i + 3, close - (i + 3))
-                               : -1;
+            std::size_t close = 0;
+            const long v = braced_hex(in, i + 2, close);
             if (v >= 0 && v <= 0x10FFFF) {
                 put_utf8(static_cast<std::uint32_t>(v), out);
                 i = close;
