@@ -14,10 +14,23 @@ sluice_loadgen against the origin directly and through sluice and prints:
   idle            N idle intercepted keep-alive connections: RSS per connection, and
                   RSS --close-settle seconds after they closed (what a burst leaves)
   upload          one large upload streamed through sluice (peak RSS, outcome)
+  download        (issue 23) GET /bytes/N from the origin: --download-size GETs over
+                  --download-connections keep-alive connections for --duration seconds
+                  (at most --download-requests), then one --download-large-size GET on
+                  one connection; each direct, through the intercepting sluice (which
+                  also has a brokered credential for the origin, so every response runs
+                  through the secret masker), and through tunnel-only references:
+                  tinyproxy (Debian's, if installed; started here on a free loopback
+                  port with a generated config, logging to a file) and a second sluice
+                  whose rule for the origin has `inspect: false` (an opaque CONNECT
+                  tunnel). Prints MB/s for each, sluice CPU seconds per GiB downloaded,
+                  peak RSS and RSS after, and the ratios sluice/direct, sluice/tinyproxy,
+                  sluice/opaque
 
 Everything runs on 127.0.0.1, bounded by request counts and durations. Python standard
 library only. Usage:
-  bench/load/run.py --build BUILD_DIR [--scenarios keepalive,new-connection,idle,upload]
+  bench/load/run.py --build BUILD_DIR
+                    [--scenarios keepalive,new-connection,idle,upload,download]
                     [--requests N] [--duration S] [--idle-counts 1000,10000] ...
 With --smoke it runs a tiny workload (ctest: it checks only that nothing errs).
 """
@@ -119,7 +132,7 @@ class sluice:
     """One `sluice run` with TLS interception, all detectors, variants on (the default)."""
 
     def __init__(self, binary, tmp, name, origin_port, bench_ca, fsync, max_body,
-                 large_bodies=None):
+                 large_bodies=None, inspect=True, credential=None):
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir)
         self.port = free_port()
@@ -128,6 +141,23 @@ class sluice:
         max_body_line = "\n      max_body: %s" % max_body if max_body else ""
         if large_bodies:
             max_body_line += "\n      large_bodies: %s" % large_bodies
+        credentials = ""
+        if credential:
+            # A brokered secret for the origin: every response sluice relays from it goes
+            # through the secret masker (armed whenever a credential is configured).
+            secret_file = os.path.join(self.dir, "bench.secret")
+            with open(secret_file, "w") as f:
+                f.write(credential + "\n")
+            os.chmod(secret_file, 0o600)
+            credentials = f"""credentials:
+  - name: bench
+    placeholder: "sluice:bench"
+    source: {{file: {secret_file}}}
+    hosts: ["localhost"]
+    ports: [{origin_port}]
+    header: {{name: Authorization, value: "Bearer {{secret}}"}}
+    identities: [bench]
+"""
         with open(config, "w") as f:
             f.write(f"""version: 1
 data_dir: {data}
@@ -146,17 +176,18 @@ policies:
       - hosts: ["localhost", "127.0.0.1"]
         ports: [{origin_port}]
         action: allow
-        inspect: true
+        inspect: {"true" if inspect else "false"}
     dlp:
       detectors: [all]
       on_finding: deny{max_body_line}
     private_destinations: [127.0.0.1/32]
-admin: {{address: "127.0.0.1:{free_port()}", token_file: admin.token}}
+{credentials}admin: {{address: "127.0.0.1:{free_port()}", token_file: admin.token}}
 metrics: {{address: "127.0.0.1:{free_port()}"}}
 audit: {{path: {os.path.join(self.dir, "audit.jsonl")}, fsync: {fsync}}}
 logging: {{level: warn, format: text}}
 """)
         self.stderr = open(os.path.join(self.dir, "sluice.stderr"), "wb")
+        self.terminated = False
         self.proc = subprocess.Popen([binary, "run", "--config", config],
                                      stdout=subprocess.DEVNULL, stderr=self.stderr,
                                      stdin=subprocess.DEVNULL)
@@ -189,11 +220,81 @@ logging: {{level: warn, format: text}}
     def rss_kib(self):
         return status_kib(self.proc.pid, "VmRSS")
 
+    def terminate(self):
+        """Asks sluice to drain and exit (SIGTERM, once) without waiting: its drain takes
+        about 2 s, which the caller may spend on other work before stop()."""
+        if self.proc.poll() is None and not self.terminated:
+            self.proc.send_signal(signal.SIGTERM)
+            self.terminated = True
+
+    def stop(self):
+        self.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
+
+
+class tinyproxy:
+    """Debian's tinyproxy as a tunnel-only reference: CONNECT to any port, loopback
+    clients only, logging to a file in its folder (never syslog)."""
+
+    def __init__(self, binary, tmp):
+        self.dir = os.path.join(tmp, "tinyproxy")
+        os.makedirs(self.dir)
+        self.port = free_port()
+        config = os.path.join(self.dir, "tinyproxy.conf")
+        # No ConnectPort line: CONNECT is allowed to every port (tinyproxy.conf(5)).
+        with open(config, "w") as f:
+            f.write(f"""Port {self.port}
+Listen 127.0.0.1
+Timeout 600
+MaxClients 1024
+Allow 127.0.0.1
+Syslog Off
+LogFile "{os.path.join(self.dir, 'tinyproxy.log')}"
+LogLevel Error
+PidFile "{os.path.join(self.dir, 'tinyproxy.pid')}"
+DisableViaHeader Yes
+""")
+        self.stderr = open(os.path.join(self.dir, "tinyproxy.stderr"), "wb")
+        # -d: stay in the foreground, so this Popen is the proxy itself.
+        self.proc = subprocess.Popen([binary, "-d", "-c", config], stdout=subprocess.DEVNULL,
+                                     stderr=self.stderr, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            self.stop()
+            raise RuntimeError("tinyproxy did not start: " + self.log_text()[-2000:])
+
+    def log_text(self):
+        text = ""
+        for name in ("tinyproxy.stderr", "tinyproxy.log"):
+            try:
+                with open(os.path.join(self.dir, name), "rb") as f:
+                    text += f.read().decode(errors="replace")
+            except OSError:
+                pass
+        return text
+
+    def cpu(self):
+        return cpu_seconds(self.proc.pid)
+
+    def hwm_kib(self):
+        return status_kib(self.proc.pid, "VmHWM")
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -471,8 +572,105 @@ def scenario_upload(args, ctx):
             "sluice_cpu_s": cpu}
 
 
+def download_leg(args, ctx, ca, proxy=None):
+    """The two download runs (many --download-size GETs, then one --download-large-size
+    GET) through `proxy` (a sluice or tinyproxy; None: direct). With a proxy: its CPU
+    seconds during each run, its peak RSS after the runs and its RSS after them."""
+    o = ctx["origin"]
+    port = proxy.port if proxy else None
+    small = ["--mode", "download", "--connections", str(args.download_connections),
+             "--requests", str(args.download_requests), "--duration", str(args.duration),
+             "--response-size", str(args.download_size)]
+    large = ["--mode", "download", "--connections", "1", "--requests", "1", "--duration",
+             str(args.duration), "--response-size", str(args.download_large_size)]
+    timeout = args.duration + 600
+    if proxy is None:
+        return {"small": loadgen(args, small, o.port, ca, timeout=timeout),
+                "large": loadgen(args, large, o.port, ca, timeout=timeout)}
+    # Warm-up: the intercepting sluice mints its leaf for the origin here.
+    loadgen(args, ["--mode", "download", "--connections", "1", "--requests", "2",
+                   "--response-size", "4096"], o.port, ca, port)
+    out = {"rss_before_kib": status_kib(proxy.proc.pid, "VmRSS")}
+    out["small"], out["small_cpu_s"] = measured(proxy, lambda: loadgen(
+        args, small, o.port, ca, port, timeout=timeout))
+    out["small_peak_rss_kib"] = proxy.hwm_kib()
+    out["large"], out["large_cpu_s"] = measured(proxy, lambda: loadgen(
+        args, large, o.port, ca, port, timeout=timeout))
+    out["peak_rss_kib"] = proxy.hwm_kib()
+    out["rss_after_kib"] = status_kib(proxy.proc.pid, "VmRSS")
+    for run in ("small", "large"):
+        gib = out[run]["bytes_down"] / float(1 << 30)
+        out[run + "_cpu_s_per_gib"] = out[run + "_cpu_s"] / gib if gib else None
+    return out
+
+
+def scenario_download(args, ctx):
+    legs = {}
+    legs["direct"] = download_leg(args, ctx, ctx["bench_ca"])
+    # Interception, all detectors, and a brokered credential for the origin (the masker).
+    secret = None if args.no_download_masker else "bench-brokered-" + os.urandom(12).hex()
+    s = ctx["start_sluice"]("download", credential=secret)
+    try:
+        legs["sluice"] = download_leg(args, ctx, s.ca, s)
+    finally:
+        s.terminate() # drains while the references run; main() waits for it at the end
+    tp_binary = args.tinyproxy or shutil.which("tinyproxy") or (
+        "/usr/sbin/tinyproxy" if os.access("/usr/sbin/tinyproxy", os.X_OK) else None)
+    if tp_binary:
+        t = tinyproxy(tp_binary, ctx["tmp"])
+        try:
+            legs["tinyproxy"] = download_leg(args, ctx, ctx["bench_ca"], t)
+        finally:
+            t.stop()
+    else:
+        print("note: tinyproxy is not installed (apt-get install tinyproxy); the opaque "
+              "sluice tunnel is the only tunnel-only reference")
+    # The origin's own certificate reaches the client: an opaque CONNECT tunnel.
+    s = ctx["start_sluice"]("download-opaque", inspect=False)
+    try:
+        legs["opaque"] = download_leg(args, ctx, ctx["bench_ca"], s)
+    finally:
+        s.stop()
+
+    labels = {"direct": "direct", "sluice": "through sluice", "tinyproxy": "tinyproxy",
+              "opaque": "sluice, opaque tunnel"}
+    print("download: %d-byte GETs over %d keep-alive connections, then one %d-byte GET "
+          "(intercepting sluice %s the secret masker)" % (
+              args.download_size, args.download_connections, args.download_large_size,
+              "without" if args.no_download_masker else "with"))
+    for run, what in (("small", "%d-byte GETs" % args.download_size),
+                      ("large", "one %d-byte GET" % args.download_large_size)):
+        print("  %s:" % what)
+        for name, leg in legs.items():
+            show(labels[name], leg[run])
+    # CPU and RSS are the proxy's own (sluice or tinyproxy), from /proc/PID.
+    print("  %-22s %12s %12s %16s %16s %10s %10s" % (
+        "", "MB/s small", "MB/s large", "CPU s/GiB small", "CPU s/GiB large", "peak RSS",
+        "RSS after"))
+    for name, leg in legs.items():
+        def cpu(run):
+            v = leg.get(run + "_cpu_s_per_gib")
+            return "%.2f" % v if v is not None else "-"
+
+        def mib(key):
+            return "%.1f MiB" % (leg[key] / 1024) if key in leg else "-"
+        print("  %-22s %12.1f %12.1f %16s %16s %10s %10s" % (
+            labels[name], leg["small"]["mb_per_s"], leg["large"]["mb_per_s"], cpu("small"),
+            cpu("large"), mib("peak_rss_kib"), mib("rss_after_kib")))
+    ratios = {}
+    for ref in ("direct", "tinyproxy", "opaque"):
+        if ref not in legs:
+            continue
+        ratios[ref] = {run: legs["sluice"][run]["mb_per_s"] /
+                       max(legs[ref][run]["mb_per_s"], 1e-9) for run in ("small", "large")}
+    print("  ratios (MB/s, small / large): " + "; ".join(
+        "sluice/%s %.3f / %.3f" % (ref, r["small"], r["large"]) for ref, r in ratios.items()))
+    return {"masker": not args.no_download_masker, "download_size": args.download_size, "download_large_size": args.download_large_size,
+            "connections": args.download_connections, "legs": legs, "ratios": ratios}
+
+
 SCENARIOS = {"keepalive": scenario_keepalive, "new-connection": scenario_new_connection,
-             "idle": scenario_idle, "upload": scenario_upload}
+             "idle": scenario_idle, "upload": scenario_upload, "download": scenario_download}
 
 
 def whole(lo):
@@ -494,7 +692,7 @@ def main():
     ap.add_argument("--build", required=True, help="build dir with sluice, sluice_loadgen, "
                     "sluice_bench_origin")
     ap.add_argument("--sluice", help="the sluice binary (default: BUILD_DIR/sluice)")
-    ap.add_argument("--scenarios", default="keepalive,new-connection,idle,upload")
+    ap.add_argument("--scenarios", default="keepalive,new-connection,idle,upload,download")
     ap.add_argument("--connections", type=whole(1), default=16,
                     help="keep-alive connections (default 16)")
     ap.add_argument("--requests", type=whole(1), default=200000,
@@ -521,6 +719,18 @@ def main():
     ap.add_argument("--upload-size", type=whole(1), default=1 << 30)
     ap.add_argument("--upload-max-body", default=None,
                     help="dlp.max_body for the upload run (default: sluice's default)")
+    ap.add_argument("--download-size", type=whole(0), default=1 << 20,
+                    help="download: bytes per GET of the keep-alive run (default 1 MiB)")
+    ap.add_argument("--download-large-size", type=whole(0), default=100 << 20,
+                    help="download: bytes of the single large GET (default 100 MiB)")
+    ap.add_argument("--download-connections", type=whole(1), default=4,
+                    help="download: keep-alive connections of the first run (default 4)")
+    ap.add_argument("--download-requests", type=whole(1), default=50000,
+                    help="download: at most this many GETs in the first run")
+    ap.add_argument("--no-download-masker", action="store_true",
+                    help="download: no brokered credential in the intercepting sluice, so "
+                         "its responses skip the secret masker")
+    ap.add_argument("--tinyproxy", help="download: the tinyproxy binary (default: from PATH)")
     ap.add_argument("--audit-fsync", default="always", help="audit.fsync (always, or 1s)")
     ap.add_argument("--loadgen-threads", type=whole(1), default=1)
     ap.add_argument("--handshake-loadgen-threads", type=whole(1), default=2,
@@ -538,7 +748,9 @@ def main():
         args.connections = 4
         args.idle_counts, args.hold, args.upload_size = "20", 0.5, 256 * 1024
         args.idle_settle, args.close_settle = 0.5, 0.5
-        args.scenarios = "keepalive,new-connection,idle,upload"
+        args.download_size, args.download_requests = 64 * 1024, 8
+        args.download_connections, args.download_large_size = 2, 1 << 20
+        args.scenarios = "keepalive,new-connection,idle,upload,download"
     try:
         args.idle_counts = [whole(1)(x) for x in str(args.idle_counts).split(",") if x]
     except argparse.ArgumentTypeError as e:
@@ -587,9 +799,9 @@ def main():
     o = None
     running = []
 
-    def start_sluice(name, max_body=None, large_bodies=None):
+    def start_sluice(name, max_body=None, large_bodies=None, inspect=True, credential=None):
         s = sluice(args.sluice or tool(args, "sluice"), tmp, name, o.port, bench_ca,
-                   args.audit_fsync, max_body, large_bodies)
+                   args.audit_fsync, max_body, large_bodies, inspect, credential)
         running.append(s)
         return s
 
@@ -600,7 +812,7 @@ def main():
         bench_ca, bench_key = make_ca(tmp)
         o = origin(tool(args, "sluice_bench_origin"), bench_ca, bench_key,
                    args.origin_threads)
-        ctx = {"origin": o, "start_sluice": start_sluice, "bench_ca": bench_ca}
+        ctx = {"origin": o, "start_sluice": start_sluice, "bench_ca": bench_ca, "tmp": tmp}
         for name in [x for x in args.scenarios.split(",") if x]:
             figures[name] = SCENARIOS[name](args, ctx)
     finally:
@@ -628,6 +840,9 @@ def main():
             checks.append(("keepalive paced " + leg, figures["keepalive"]["paced"][leg]))
         checks.append(("upload direct", figures["upload"]["direct"]))
         checks.append(("upload proxied", figures["upload"]["proxied"]))
+        for leg, runs in figures["download"]["legs"].items():
+            for run in ("small", "large"):
+                checks.append(("download %s %s" % (leg, run), runs[run]))
         for i in figures["idle"]:
             checks.append(("idle %d" % i["connections"], i["loadgen"]))
             if not i["ready"]:
