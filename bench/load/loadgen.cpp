@@ -15,9 +15,16 @@
 //                   --hold seconds (prints "idle-ready N" when all are open), for RSS
 //                   per connection measurements;
 //   upload          one request whose body of --body-size bytes is streamed in 64 KiB
-//                   pieces (never held in memory), e.g. a 1 GiB upload.
+//                   pieces (never held in memory), e.g. a 1 GiB upload;
+//   download        like keepalive, but every request is GET /bytes/<--response-size>
+//                   (sluice_bench_origin answers that many bytes) and the body is read
+//                   into one reusable 64 KiB buffer, never held whole; a body of any
+//                   other length is an error (latency = request written .. last byte
+//                   read). Its worker is in loadgen_download.cpp.
 // It stops by itself: after --requests in total or --duration seconds, whichever comes
 // first. It prints a human summary and one JSON line (prefix "loadgen-json ").
+#include "loadgen.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -45,90 +52,13 @@
 #include <thread>
 #include <vector>
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace ssl = net::ssl;
-using tcp = net::ip::tcp;
-using clock_type = std::chrono::steady_clock;
-constexpr auto as_tuple = net::as_tuple(net::use_awaitable);
-
-namespace {
-
-enum class mode { keepalive, new_connection, idle, upload };
-
-struct options {
-    std::string target_host = "127.0.0.1";
-    std::string target_port;
-    std::string sni = "localhost"; // host name for SNI, CONNECT and Host
-    std::string proxy_host, proxy_port;
-    std::string ca_file;
-    unsigned connections = 16;
-    unsigned threads = 1;
-    std::uint64_t requests = 10000;
-    double duration_s = 30;
-    std::uint64_t body_size = 1024;
-    double hold_s = 5;
-    bool resume = false; // new-connection: resume the client TLS session
-    double rate = 0;     // keepalive: requests/s for all connections together; 0 = unpaced
-    std::string path = "/bench";
-    mode m = mode::keepalive;
-};
-
-struct results {
-    std::mutex mu;
-    std::vector<double> latencies_us;
-    std::uint64_t ok = 0, errors = 0, handshakes = 0, resumed = 0, bytes_up = 0, bytes_down = 0;
-    std::string first_error;
-    std::atomic<std::uint64_t> issued{0};
-    std::atomic<unsigned> idle_open{0};
-    clock_type::time_point deadline;
-};
-
-struct worker_stats {
-    std::vector<double> latencies_us;
-    std::uint64_t ok = 0, errors = 0, handshakes = 0, resumed = 0, bytes_up = 0, bytes_down = 0;
-    std::string first_error;
-    void fail(const std::string& what) {
-        ++errors;
-        if (first_error.empty())
-            first_error = what;
-    }
-    void merge_into(results& r) {
-        std::lock_guard lock(r.mu);
-        r.latencies_us.insert(r.latencies_us.end(), latencies_us.begin(), latencies_us.end());
-        r.ok += ok;
-        r.errors += errors;
-        r.handshakes += handshakes;
-        r.resumed += resumed;
-        r.bytes_up += bytes_up;
-        r.bytes_down += bytes_down;
-        if (r.first_error.empty())
-            r.first_error = first_error;
-    }
-};
-
-// A JSON-like body of words: what agents send, and nothing a detector should flag.
-std::string make_body(std::size_t n) {
-    static constexpr std::string_view words[] = {"the ",   "quick ", "brown ",  "fox ",
-                                                 "jumps ", "over ",  "a ",      "lazy ",
-                                                 "dog ",   "while ", "agents ", "write "};
-    std::string s = R"({"model":"bench","messages":[{"role":"user","content":")";
-    std::size_t i = 0;
-    while (s.size() + 4 < n)
-        s += words[i++ % std::size(words)];
-    s += "\"}]}";
-    s.resize(n, ' ');
-    return s;
-}
+namespace sluice::loadgen {
 
 bool take_ticket(results& r, const options& o) {
     if (clock_type::now() >= r.deadline)
         return false;
     return r.issued.fetch_add(1, std::memory_order_relaxed) < o.requests;
 }
-
-using tls_stream = beast::ssl_stream<beast::tcp_stream>;
 
 // TCP connect (to the proxy or the origin), CONNECT if proxied, TLS handshake.
 net::awaitable<std::optional<tls_stream>> open_tls(const options& o, ssl::context& ctx,
@@ -170,6 +100,22 @@ net::awaitable<std::optional<tls_stream>> open_tls(const options& o, ssl::contex
     if (SSL_session_reused(t.native_handle()))
         ++ws.resumed;
     co_return std::optional<tls_stream>(std::move(t));
+}
+
+namespace {
+
+// A JSON-like body of words: what agents send, and nothing a detector should flag.
+std::string make_body(std::size_t n) {
+    static constexpr std::string_view words[] = {"the ",   "quick ", "brown ",  "fox ",
+                                                 "jumps ", "over ",  "a ",      "lazy ",
+                                                 "dog ",   "while ", "agents ", "write "};
+    std::string s = R"({"model":"bench","messages":[{"role":"user","content":")";
+    std::size_t i = 0;
+    while (s.size() + 4 < n)
+        s += words[i++ % std::size(words)];
+    s += "\"}]}";
+    s.resize(n, ' ');
+    return s;
 }
 
 // One POST; false on any error (counted).
@@ -384,7 +330,7 @@ constexpr std::string_view usage =
     "usage: sluice_loadgen --target HOST:PORT --ca FILE [--proxy HOST:PORT] [--sni NAME]\n"
     "         [--mode keepalive|new-connection|idle|upload] [--connections C] [--threads T]\n"
     "         [--requests N] [--duration SECONDS] [--body-size BYTES] [--hold SECONDS]\n"
-    "         [--resume] [--rate REQUESTS_PER_S] [--path PATH]\n";
+    "         [--resume] [--rate REQUESTS_PER_S] [--path PATH] [--response-size BYTES]\n";
 
 // A whole number in [lo, hi]; anything else ends the program with a usage error.
 std::uint64_t parse_count(std::string_view opt, const std::string& v, std::uint64_t lo,
@@ -414,8 +360,10 @@ double parse_real(std::string_view opt, const std::string& v, double lo, double 
 }
 
 } // namespace
+} // namespace sluice::loadgen
 
 int main(int argc, char** argv) {
+    using namespace sluice::loadgen;
     options o;
     std::string target, proxy;
     for (int i = 1; i < argc; ++i) {
@@ -445,6 +393,8 @@ int main(int argc, char** argv) {
             o.duration_s = parse_real(a, next(), 0.001, 86400);
         else if (a == "--body-size")
             o.body_size = parse_count(a, next(), 0, std::uint64_t{1} << 36);
+        else if (a == "--response-size")
+            o.response_size = parse_count(a, next(), 0, std::uint64_t{16} << 30);
         else if (a == "--hold")
             o.hold_s = parse_real(a, next(), 0, 86400);
         else if (a == "--path")
@@ -463,6 +413,8 @@ int main(int argc, char** argv) {
                 o.m = mode::idle;
             else if (m == "upload")
                 o.m = mode::upload;
+            else if (m == "download")
+                o.m = mode::download;
             else {
                 std::cerr << "unknown mode " << m << '\n' << usage;
                 return 2;
@@ -534,6 +486,9 @@ int main(int argc, char** argv) {
         case mode::upload:
             net::co_spawn(io, upload_worker(o, ctx, eps, r), net::detached);
             break;
+        case mode::download:
+            net::co_spawn(io, download_worker(o, ctx, eps, r), net::detached);
+            break;
         }
     }
     std::vector<std::thread> threads;
@@ -548,7 +503,8 @@ int main(int argc, char** argv) {
     const char* mode_name = o.m == mode::keepalive        ? "keepalive"
                             : o.m == mode::new_connection ? "new-connection"
                             : o.m == mode::idle           ? "idle"
-                                                          : "upload";
+                            : o.m == mode::upload         ? "upload"
+                                                          : "download";
     const double rps = secs > 0 ? static_cast<double>(r.ok) / secs : 0;
     const double hps = secs > 0 ? static_cast<double>(r.handshakes) / secs : 0;
     const double mbps = secs > 0 ? static_cast<double>(r.bytes_up + r.bytes_down) / 1e6 / secs : 0;
@@ -579,12 +535,15 @@ int main(int argc, char** argv) {
                 "\"body_size\":%llu,\"ok\":%llu,\"errors\":%llu,\"seconds\":%.3f,"
                 "\"requests_per_s\":%.1f,\"handshakes\":%llu,\"resumed\":%llu,"
                 "\"handshakes_per_s\":%.1f,\"mb_per_s\":%.2f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
-                "\"p999_us\":%.1f,\"bytes_up\":%llu,\"first_error\":\"%s\"}\n",
+                "\"p999_us\":%.1f,\"bytes_up\":%llu,\"bytes_down\":%llu,\"response_size\":%llu,"
+                "\"first_error\":\"%s\"}\n",
                 mode_name, o.proxy_host.empty() ? "false" : "true", o.connections,
                 static_cast<unsigned long long>(o.body_size), static_cast<unsigned long long>(r.ok),
                 static_cast<unsigned long long>(r.errors), secs, rps,
                 static_cast<unsigned long long>(r.handshakes),
                 static_cast<unsigned long long>(r.resumed), hps, mbps, p50, p99, p999,
-                static_cast<unsigned long long>(r.bytes_up), err.c_str());
+                static_cast<unsigned long long>(r.bytes_up),
+                static_cast<unsigned long long>(r.bytes_down),
+                static_cast<unsigned long long>(o.response_size), err.c_str());
     return r.errors == 0 && r.ok > 0 ? 0 : 1;
 }

@@ -2,9 +2,17 @@
 //
 // Listens on loopback, one io_context per thread, answers every request with 200 and a
 // fixed small JSON body after reading (and discarding) the request body in 64 KiB
-// pieces, so a 1 GiB upload costs no memory. Its certificate is either given
-// (--cert/--key) or minted at start from a CA (--ca-cert/--ca-key): ECDSA P-256, SAN
-// DNS:localhost and IP:127.0.0.1. Prints "listening PORT" on stdout once accepting.
+// pieces, so a 1 GiB upload costs no memory.
+//
+// Downloads (issue 23): a GET of `/bytes/N` (N decimal, at most 16 GiB) answers 200 with
+// Content-Length N and N bytes of clean agent-like text, JSON lines of English words
+// with no hex, base64 or key-shaped run a detector could flag. One precomputed 64 KiB
+// block is written again and again (the last write cut short), so memory stays flat for
+// any N. A `/bytes/` target whose N is malformed or too large answers 400.
+//
+// Its certificate is either given (--cert/--key) or minted at start from a CA
+// (--ca-cert/--ca-key): ECDSA P-256, SAN DNS:localhost and IP:127.0.0.1. Prints
+// "listening PORT" on stdout once accepting.
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -21,13 +29,17 @@
 #include <openssl/rand.h>
 #include <openssl/x509v3.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -41,6 +53,84 @@ constexpr auto as_tuple = net::as_tuple(net::use_awaitable);
 namespace {
 
 const std::string response_body = R"({"ok":true,"id":"bench"})";
+constexpr std::uint64_t max_download = std::uint64_t{16} << 30;
+
+// 64 KiB of JSON lines made of plain words: what a model's streamed answer or a fetched
+// document looks like, and nothing a secret detector should match.
+std::string make_download_block() {
+    static constexpr std::string_view words[] = {
+        "the",    "agent",  "reads", "a",     "file",   "and",   "writes", "short",
+        "notes",  "about",  "each",  "step",  "while",  "tests", "run",    "quietly",
+        "before", "review", "of",    "plans", "models", "help",  "people", "build"};
+    constexpr std::size_t size = 64 * 1024;
+    std::string s;
+    s.reserve(size + 256);
+    std::size_t w = 0;
+    for (unsigned line = 0; s.size() < size; ++line) {
+        s += R"({"index":)" + std::to_string(line) + R"(,"role":"assistant","content":")";
+        for (int i = 0; i < 12; ++i) {
+            if (i)
+                s += ' ';
+            s += words[w++ % std::size(words)];
+        }
+        s += "\"}\n";
+    }
+    s.resize(size - 1);
+    s += '\n';
+    return s;
+}
+
+const std::string download_block = make_download_block();
+
+// N of a GET /bytes/N target, or nothing when the target is not of that shape.
+std::optional<std::uint64_t> download_size(std::string_view target, bool& bad) {
+    constexpr std::string_view prefix = "/bytes/";
+    bad = false;
+    if (!target.starts_with(prefix))
+        return std::nullopt;
+    target.remove_prefix(prefix.size());
+    std::uint64_t n = 0;
+    auto [end, ec] = std::from_chars(target.data(), target.data() + target.size(), n);
+    if (ec != std::errc{} || end != target.data() + target.size() || n > max_download) {
+        bad = true;
+        return std::nullopt;
+    }
+    return n;
+}
+
+// 200 with n bytes of download_block text, written 64 KiB at a time.
+net::awaitable<bool> send_download(beast::ssl_stream<beast::tcp_stream>& s, std::uint64_t n,
+                                   bool keep) {
+    http::response<http::buffer_body> res{http::status::ok, 11};
+    res.set(http::field::server, "sluice_bench_origin");
+    res.set(http::field::content_type, "application/x-ndjson");
+    res.content_length(n);
+    res.keep_alive(keep);
+    res.body().data = nullptr;
+    res.body().more = n > 0;
+    http::response_serializer<http::buffer_body> sr{res};
+    beast::get_lowest_layer(s).expires_after(std::chrono::seconds(60));
+    auto [hec, hn] = co_await http::async_write_header(s, sr, as_tuple);
+    if (hec)
+        co_return false;
+    std::uint64_t left = n;
+    while (left > 0) {
+        const auto piece =
+            static_cast<std::size_t>(std::min<std::uint64_t>(left, download_block.size()));
+        // The serializer only reads the buffer; buffer_body's pointer is not const.
+        res.body().data = const_cast<char*>(download_block.data());
+        res.body().size = piece;
+        res.body().more = left > piece;
+        beast::get_lowest_layer(s).expires_after(std::chrono::seconds(60));
+        auto [ec, wn] = co_await http::async_write(s, sr, as_tuple);
+        if (ec == http::error::need_buffer)
+            ec = {};
+        if (ec)
+            co_return false;
+        left -= piece;
+    }
+    co_return true;
+}
 
 // Mints a P-256 leaf for localhost/127.0.0.1 signed by the given CA and installs it.
 bool use_minted_leaf(ssl::context& ctx, const std::string& ca_cert, const std::string& ca_key) {
@@ -106,6 +196,11 @@ net::awaitable<void> serve(tcp::socket socket, ssl::context& ctx) {
     res.set(http::field::content_type, "application/json");
     res.body() = response_body;
     res.prepare_payload();
+    http::response<http::string_body> bad_size{http::status::bad_request, 11};
+    bad_size.set(http::field::server, "sluice_bench_origin");
+    bad_size.set(http::field::content_type, "application/json");
+    bad_size.body() = R"({"error":"bad /bytes/N size"})";
+    bad_size.prepare_payload();
     for (;;) {
         http::request_parser<http::buffer_body> p;
         p.body_limit(boost::none);
@@ -125,8 +220,18 @@ net::awaitable<void> serve(tcp::socket socket, ssl::context& ctx) {
                 co_return;
         }
         const bool keep = p.get().keep_alive();
-        res.keep_alive(keep);
-        auto [wec, wn] = co_await http::async_write(s, res, as_tuple);
+        bool bad = false;
+        auto size = p.get().method() == http::verb::get
+                        ? download_size(std::string_view(p.get().target()), bad)
+                        : std::nullopt;
+        if (size) {
+            if (!co_await send_download(s, *size, keep) || !keep)
+                break;
+            continue;
+        }
+        auto& answer = bad ? bad_size : res;
+        answer.keep_alive(keep);
+        auto [wec, wn] = co_await http::async_write(s, answer, as_tuple);
         if (wec || !keep)
             break;
     }

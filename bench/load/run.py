@@ -14,10 +14,24 @@ sluice_loadgen against the origin directly and through sluice and prints:
   idle            N idle intercepted keep-alive connections: RSS per connection, and
                   RSS --close-settle seconds after they closed (what a burst leaves)
   upload          one large upload streamed through sluice (peak RSS, outcome)
+  download        (issue 23) GET /bytes/N from the origin: --download-size GETs over
+                  --download-connections keep-alive connections for --duration seconds
+                  (at most --download-requests), then one --download-large-size GET on
+                  one connection; each direct, through the intercepting sluice (which
+                  also has a brokered credential for the origin, so every response runs
+                  through the secret masker), and through tunnel-only references:
+                  tinyproxy (Debian's, if installed; started here on a free loopback
+                  port with a generated config, logging to a file) and a second sluice
+                  whose rule for the origin has `inspect: false` (an opaque CONNECT
+                  tunnel). Prints MB/s for each, sluice CPU seconds per GiB downloaded,
+                  peak RSS and RSS after, and the ratios sluice/direct, sluice/tinyproxy,
+                  sluice/opaque
 
 Everything runs on 127.0.0.1, bounded by request counts and durations. Python standard
-library only. Usage:
-  bench/load/run.py --build BUILD_DIR [--scenarios keepalive,new-connection,idle,upload]
+library only; harness.py holds what the scenarios share (processes, the loadgen wrapper,
+/proc readings) and download.py the download scenario. Usage:
+  bench/load/run.py --build BUILD_DIR
+                    [--scenarios keepalive,new-connection,idle,upload,download]
                     [--requests N] [--duration S] [--idle-counts 1000,10000] ...
 With --smoke it runs a tiny workload (ctest: it checks only that nothing errs).
 """
@@ -27,218 +41,12 @@ import os
 import resource
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def openssl(*args, cwd):
-    r = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True)
-    if r.returncode != 0:
-        raise RuntimeError("openssl %s: %s" % (args[0], r.stderr.decode(errors="replace")))
-
-
-def make_ca(d):
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", "bench-ca.key", "-out", "bench-ca.pem", "-days", "2",
-            "-subj", "/CN=sluice bench CA", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
-    return os.path.join(d, "bench-ca.pem"), os.path.join(d, "bench-ca.key")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # utime and stime are fields 14 and 15 of stat(5); fields[0] here is field 3.
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def status_kib(pid, key):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-# Load generators started with Popen (the idle scenarios), stopped by main()'s cleanup
-# if a scenario is interrupted (SIGTERM, Ctrl-C) while they run.
-CHILDREN = []
-
-
-def spawn(cmd):
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    CHILDREN.append(p)
-    return p
-
-
-def stop_children(procs=CHILDREN):
-    """Terminates `procs` (default: every spawned child) and waits for them (bounded)."""
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-class origin:
-    def __init__(self, binary, ca, ca_key, threads):
-        self.proc = subprocess.Popen([binary, "--ca-cert", ca, "--ca-key", ca_key, "--threads",
-                                      str(threads)], stdout=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL)
-        line = self.proc.stdout.readline().decode()
-        if not line.startswith("listening "):
-            raise RuntimeError("origin did not start: %r" % line)
-        self.port = int(line.split()[1])
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-class sluice:
-    """One `sluice run` with TLS interception, all detectors, variants on (the default)."""
-
-    def __init__(self, binary, tmp, name, origin_port, bench_ca, fsync, max_body,
-                 large_bodies=None):
-        self.dir = os.path.join(tmp, name)
-        os.makedirs(self.dir)
-        self.port = free_port()
-        data = os.path.join(self.dir, "data")
-        config = os.path.join(self.dir, "sluice.yaml")
-        max_body_line = "\n      max_body: %s" % max_body if max_body else ""
-        if large_bodies:
-            max_body_line += "\n      large_bodies: %s" % large_bodies
-        with open(config, "w") as f:
-            f.write(f"""version: 1
-data_dir: {data}
-listeners:
-  - address: 127.0.0.1:{self.port}
-ca: {{cert: ca.pem, key: ca.key}}
-upstream:
-  ca_file: {bench_ca}
-  connect_timeout: 5s
-identities:
-  - name: bench
-    source_cidrs: [127.0.0.0/8]
-policies:
-  - identity: bench
-    rules:
-      - hosts: ["localhost", "127.0.0.1"]
-        ports: [{origin_port}]
-        action: allow
-        inspect: true
-    dlp:
-      detectors: [all]
-      on_finding: deny{max_body_line}
-    private_destinations: [127.0.0.1/32]
-admin: {{address: "127.0.0.1:{free_port()}", token_file: admin.token}}
-metrics: {{address: "127.0.0.1:{free_port()}"}}
-audit: {{path: {os.path.join(self.dir, "audit.jsonl")}, fsync: {fsync}}}
-logging: {{level: warn, format: text}}
-""")
-        self.stderr = open(os.path.join(self.dir, "sluice.stderr"), "wb")
-        self.proc = subprocess.Popen([binary, "run", "--config", config],
-                                     stdout=subprocess.DEVNULL, stderr=self.stderr,
-                                     stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            self.stop()
-            raise RuntimeError("sluice did not start")
-        if self.proc.poll() is not None:
-            raise RuntimeError("sluice exited: " + self.stderr_text()[-2000:])
-        self.ca = os.path.join(data, "ca.pem")
-
-    def stderr_text(self):
-        with open(os.path.join(self.dir, "sluice.stderr"), "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def cpu(self):
-        return cpu_seconds(self.proc.pid)
-
-    def hwm_kib(self):
-        return status_kib(self.proc.pid, "VmHWM")
-
-    def rss_kib(self):
-        return status_kib(self.proc.pid, "VmRSS")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.stderr.close()
-
-
-def tool(args, name):
-    """A harness binary: in the build dir or its bench/ subfolder."""
-    for d in (args.build, os.path.join(args.build, "bench")):
-        if os.access(os.path.join(d, name), os.X_OK):
-            return os.path.join(d, name)
-    raise RuntimeError("%s not found in %s (build it first)" % (name, args.build))
-
-
-def loadgen(args, opts, origin_port, ca, proxy_port=None, extra=(), timeout=None,
-            threads=None):
-    cmd = [tool(args, "sluice_loadgen"), "--target", "127.0.0.1:%d" % origin_port,
-           "--sni", "localhost", "--ca", ca, "--threads", str(threads or args.loadgen_threads),
-           *opts, *extra]
-    if proxy_port:
-        cmd += ["--proxy", "127.0.0.1:%d" % proxy_port]
-    r = subprocess.run(cmd, capture_output=True, timeout=timeout or (args.duration + 120))
-    out = r.stdout.decode(errors="replace")
-    for line in out.splitlines():
-        if line.startswith("loadgen-json "):
-            res = json.loads(line[len("loadgen-json "):])
-            res["command"] = " ".join(cmd)
-            return res
-    raise RuntimeError("loadgen gave no result (exit %d): %s %s" % (
-        r.returncode, out[-2000:], r.stderr.decode(errors="replace")[-2000:]))
-
-
-def show(label, r):
-    print("  %-22s %8.0f req/s  %7.0f hs/s (%d resumed)  p50 %7.0f us  p99 %7.0f us  p99.9 %7.0f us  "
-          "%6.1f MB/s  ok %d  errors %d%s" % (
-              label, r["requests_per_s"], r["handshakes_per_s"], r["resumed"], r["p50_us"], r["p99_us"],
-              r["p999_us"], r["mb_per_s"], r["ok"], r["errors"],
-              ("  first error: " + r["first_error"]) if r["first_error"] else ""))
-
-
-def measured(s, fn):
-    """Runs fn() and returns (result, sluice CPU seconds used meanwhile)."""
-    before = s.cpu()
-    r = fn()
-    return r, s.cpu() - before
+from download import scenario_download
+from harness import loadgen, make_ca, measured, origin, show, sluice, spawn, stop_children, tool
 
 
 def scenario_keepalive(args, ctx):
@@ -472,7 +280,7 @@ def scenario_upload(args, ctx):
 
 
 SCENARIOS = {"keepalive": scenario_keepalive, "new-connection": scenario_new_connection,
-             "idle": scenario_idle, "upload": scenario_upload}
+             "idle": scenario_idle, "upload": scenario_upload, "download": scenario_download}
 
 
 def whole(lo):
@@ -494,7 +302,7 @@ def main():
     ap.add_argument("--build", required=True, help="build dir with sluice, sluice_loadgen, "
                     "sluice_bench_origin")
     ap.add_argument("--sluice", help="the sluice binary (default: BUILD_DIR/sluice)")
-    ap.add_argument("--scenarios", default="keepalive,new-connection,idle,upload")
+    ap.add_argument("--scenarios", default="keepalive,new-connection,idle,upload,download")
     ap.add_argument("--connections", type=whole(1), default=16,
                     help="keep-alive connections (default 16)")
     ap.add_argument("--requests", type=whole(1), default=200000,
@@ -521,6 +329,18 @@ def main():
     ap.add_argument("--upload-size", type=whole(1), default=1 << 30)
     ap.add_argument("--upload-max-body", default=None,
                     help="dlp.max_body for the upload run (default: sluice's default)")
+    ap.add_argument("--download-size", type=whole(0), default=1 << 20,
+                    help="download: bytes per GET of the keep-alive run (default 1 MiB)")
+    ap.add_argument("--download-large-size", type=whole(0), default=100 << 20,
+                    help="download: bytes of the single large GET (default 100 MiB)")
+    ap.add_argument("--download-connections", type=whole(1), default=4,
+                    help="download: keep-alive connections of the first run (default 4)")
+    ap.add_argument("--download-requests", type=whole(1), default=50000,
+                    help="download: at most this many GETs in the first run")
+    ap.add_argument("--no-download-masker", action="store_true",
+                    help="download: no brokered credential in the intercepting sluice, so "
+                         "its responses skip the secret masker")
+    ap.add_argument("--tinyproxy", help="download: the tinyproxy binary (default: from PATH)")
     ap.add_argument("--audit-fsync", default="always", help="audit.fsync (always, or 1s)")
     ap.add_argument("--loadgen-threads", type=whole(1), default=1)
     ap.add_argument("--handshake-loadgen-threads", type=whole(1), default=2,
@@ -538,7 +358,9 @@ def main():
         args.connections = 4
         args.idle_counts, args.hold, args.upload_size = "20", 0.5, 256 * 1024
         args.idle_settle, args.close_settle = 0.5, 0.5
-        args.scenarios = "keepalive,new-connection,idle,upload"
+        args.download_size, args.download_requests = 64 * 1024, 8
+        args.download_connections, args.download_large_size = 2, 1 << 20
+        args.scenarios = "keepalive,new-connection,idle,upload,download"
     try:
         args.idle_counts = [whole(1)(x) for x in str(args.idle_counts).split(",") if x]
     except argparse.ArgumentTypeError as e:
@@ -548,6 +370,8 @@ def main():
         ap.error("--scenarios: unknown %s (known: %s)" % (", ".join(unknown), ", ".join(SCENARIOS)))
     if args.sluice and not os.access(args.sluice, os.X_OK):
         ap.error("--sluice: %s is not an executable file" % args.sluice)
+    if args.tinyproxy and not os.access(args.tinyproxy, os.X_OK):
+        ap.error("--tinyproxy: %s is not an executable file" % args.tinyproxy)
     if args.json_out:
         # Checked now, not after a run of many minutes.
         folder = os.path.dirname(os.path.abspath(args.json_out))
@@ -587,9 +411,9 @@ def main():
     o = None
     running = []
 
-    def start_sluice(name, max_body=None, large_bodies=None):
+    def start_sluice(name, max_body=None, large_bodies=None, inspect=True, credential=None):
         s = sluice(args.sluice or tool(args, "sluice"), tmp, name, o.port, bench_ca,
-                   args.audit_fsync, max_body, large_bodies)
+                   args.audit_fsync, max_body, large_bodies, inspect, credential)
         running.append(s)
         return s
 
@@ -600,7 +424,7 @@ def main():
         bench_ca, bench_key = make_ca(tmp)
         o = origin(tool(args, "sluice_bench_origin"), bench_ca, bench_key,
                    args.origin_threads)
-        ctx = {"origin": o, "start_sluice": start_sluice, "bench_ca": bench_ca}
+        ctx = {"origin": o, "start_sluice": start_sluice, "bench_ca": bench_ca, "tmp": tmp}
         for name in [x for x in args.scenarios.split(",") if x]:
             figures[name] = SCENARIOS[name](args, ctx)
     finally:
@@ -628,6 +452,9 @@ def main():
             checks.append(("keepalive paced " + leg, figures["keepalive"]["paced"][leg]))
         checks.append(("upload direct", figures["upload"]["direct"]))
         checks.append(("upload proxied", figures["upload"]["proxied"]))
+        for leg, runs in figures["download"]["legs"].items():
+            for run in ("small", "large"):
+                checks.append(("download %s %s" % (leg, run), runs[run]))
         for i in figures["idle"]:
             checks.append(("idle %d" % i["connections"], i["loadgen"]))
             if not i["ready"]:
