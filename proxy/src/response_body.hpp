@@ -66,8 +66,10 @@ net::awaitable<bool> read_body_some(upstream<UpstreamStream>& up, response_parse
     res.body().size = chunk.size();
     dl.refresh(*up.stream);
     // read_some: relay what has arrived (server-sent events, streamed model output)
-    // instead of waiting for a full buffer; into free space of at least a chunk.
-    up.buffer.reserve(up.buffer.size() + relay_chunk);
+    // instead of waiting for a full buffer; into free space of at least a chunk, unless
+    // the bytes buffered with the head end the body (a small answer reads nothing more).
+    if (auto left = rp.content_length_remaining(); !left || *left > up.buffer.size())
+        up.buffer.reserve(up.buffer.size() + relay_chunk);
     auto [ec, n] = co_await http::async_read_some(*up.stream, up.buffer, rp, as_tuple);
     if (ec == http::error::need_buffer)
         ec = {};
