@@ -6,8 +6,8 @@
 #include <boost/beast/http.hpp>
 
 #include <algorithm>
-#include <array>
 #include <string>
+#include <vector>
 
 namespace sluice::loadgen {
 
@@ -17,9 +17,8 @@ constexpr std::size_t sink_size = 64 * 1024;
 
 // One GET; false on any error (counted) or when the connection cannot be reused.
 net::awaitable<bool> download(tls_stream& t, beast::flat_buffer& buf,
-                              const http::request<http::empty_body>& req,
-                              std::array<char, sink_size>& sink, std::uint64_t want,
-                              worker_stats& ws) {
+                              const http::request<http::empty_body>& req, std::vector<char>& sink,
+                              std::uint64_t want, worker_stats& ws) {
     auto& tcp_layer = beast::get_lowest_layer(t);
     tcp_layer.expires_after(std::chrono::seconds(30));
     auto [wec, wn] = co_await http::async_write(t, req, as_tuple);
@@ -80,8 +79,9 @@ net::awaitable<void> download_worker(const options& o, ssl::context& ctx,
     req.set(http::field::accept, "*/*");
     std::optional<tls_stream> t;
     beast::flat_buffer buf;
-    // In the coroutine frame (heap), reused by every response of this connection.
-    std::array<char, sink_size> sink;
+    // Reused by every response of this connection (on the heap: GCC 12 warns falsely
+    // about a large array in a coroutine frame).
+    std::vector<char> sink(sink_size);
     while (take_ticket(r, o)) {
         if (!t) {
             t = co_await open_tls(o, ctx, eps, ws, nullptr);
