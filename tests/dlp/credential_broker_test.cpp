@@ -148,6 +148,39 @@ TEST(secret_masker, masks_headers_and_bodies_across_every_split) {
     }
 }
 
+TEST(secret_masker, near_misses_and_occurrences_at_every_offset_of_a_large_body) {
+    // The search tests 16 positions at once for the first and last byte of a secret's
+    // 12-byte anchor: text full of candidates that match both but differ inside, with the secret
+    // itself at offsets that cover every lane, the scalar end and the held-back tail, checked
+    // against a plain search, fed whole and in uneven pieces.
+    const std::string secret = "Qx-brokered-7f3a9c";
+    std::string body;
+    for (int i = 0; body.size() < 64 * 1024; ++i)
+        body += (i % 3 == 0 ? "Qx-brokeRED-7f3a9c" : "Q..........- ") + std::to_string(i) + ' ';
+    std::vector<std::size_t> at_offsets;
+    for (std::size_t at = 0; at + secret.size() <= body.size(); at += 997 + at % 17)
+        at_offsets.push_back(at);
+    at_offsets.push_back(body.size() - secret.size()); // the very end
+    for (auto at : at_offsets)
+        body.replace(at, secret.size(), secret);
+    std::string expected = body;
+    std::size_t count = 0;
+    for (auto at = expected.find(secret); at != std::string::npos; at = expected.find(secret, at)) {
+        expected.replace(at, secret.size(), secret.size(), '*');
+        ++count;
+    }
+    ASSERT_GT(count, 60u);
+    for (std::size_t step :
+         {body.size(), std::size_t{16 * 1024}, std::size_t{4093}, std::size_t{31}}) {
+        secret_masker s({secret});
+        std::string out;
+        for (std::size_t at = 0; at < body.size(); at += step)
+            out += s.feed(std::string_view(body).substr(at, step), at + step >= body.size());
+        ASSERT_EQ(out, expected) << "step " << step;
+        EXPECT_EQ(s.masked(), count * secret.size()) << "step " << step;
+    }
+}
+
 TEST(secret_masker, inactive_without_secrets_passes_bytes_through) {
     secret_masker m({});
     EXPECT_FALSE(m.active());
