@@ -4,12 +4,12 @@ through two tunnel-only references, tinyproxy and a sluice whose rule has
 `inspect: false`. What it prints is described in run.py's docstring."""
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 
-from harness import cpu_seconds, free_port, loadgen, measured, show, status_kib
+from harness import (cpu_seconds, free_port, loadgen, measured, show, status_kib,
+                     stop_children)
 
 
 class tinyproxy:
@@ -66,13 +66,7 @@ DisableViaHeader Yes
         return status_kib(self.proc.pid, "VmHWM")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_children([self.proc])
         self.stderr.close()
 
 

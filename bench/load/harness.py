@@ -57,17 +57,22 @@ def spawn(cmd):
     return p
 
 
-def stop_children(procs=CHILDREN):
+def wait_or_kill(p, timeout):
+    """Waits up to `timeout` seconds for `p` to exit, then kills it."""
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def stop_children(procs=CHILDREN, timeout=10):
     """Terminates `procs` (default: every spawned child) and waits for them (bounded)."""
     for p in procs:
         if p.poll() is None:
             p.terminate()
     for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        wait_or_kill(p, timeout)
 
 
 class origin:
@@ -81,13 +86,7 @@ class origin:
         self.port = int(line.split()[1])
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_children([self.proc], timeout=5)
 
 
 class sluice:
@@ -191,11 +190,7 @@ logging: {{level: warn, format: text}}
 
     def stop(self):
         self.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        wait_or_kill(self.proc, 15)
         self.stderr.close()
 
 

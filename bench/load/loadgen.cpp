@@ -102,6 +102,14 @@ net::awaitable<std::optional<tls_stream>> open_tls(const options& o, ssl::contex
     co_return std::optional<tls_stream>(std::move(t));
 }
 
+net::awaitable<void> finish_worker(std::optional<tls_stream>& t, worker_stats& ws, results& r) {
+    if (t) {
+        beast::get_lowest_layer(*t).expires_after(std::chrono::seconds(2));
+        co_await t->async_shutdown(as_tuple);
+    }
+    ws.merge_into(r);
+}
+
 namespace {
 
 // A JSON-like body of words: what agents send, and nothing a detector should flag.
@@ -191,11 +199,7 @@ net::awaitable<void> keepalive_worker(const options& o, ssl::context& ctx,
         if (!keep)
             t.reset();
     }
-    if (t) {
-        beast::get_lowest_layer(*t).expires_after(std::chrono::seconds(2));
-        co_await t->async_shutdown(as_tuple);
-    }
-    ws.merge_into(r);
+    co_await finish_worker(t, ws, r);
 }
 
 net::awaitable<void> new_connection_worker(const options& o, ssl::context& ctx,

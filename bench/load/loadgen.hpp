@@ -96,6 +96,10 @@ net::awaitable<std::optional<tls_stream>> open_tls(const options& o, ssl::contex
                                                    const tcp::resolver::results_type& eps,
                                                    worker_stats& ws, SSL_SESSION* session);
 
+/// A keep-alive worker's end: closes its connection, if open, with close_notify (2 s at
+/// most), then adds its figures to `r`.
+net::awaitable<void> finish_worker(std::optional<tls_stream>& t, worker_stats& ws, results& r);
+
 /// Download mode: keep-alive GETs of /bytes/<o.response_size>, each body read into one
 /// reusable 64 KiB buffer (never held whole) and its length checked.
 net::awaitable<void> download_worker(const options& o, ssl::context& ctx,

@@ -96,11 +96,7 @@ net::awaitable<void> download_worker(const options& o, ssl::context& ctx,
         if (!keep)
             t.reset();
     }
-    if (t) {
-        beast::get_lowest_layer(*t).expires_after(std::chrono::seconds(2));
-        co_await t->async_shutdown(as_tuple);
-    }
-    ws.merge_into(r);
+    co_await finish_worker(t, ws, r);
 }
 
 } // namespace sluice::loadgen
