@@ -214,9 +214,10 @@ step_result prepare_forward(flow_context& fc, exchange& ex, http::request<http::
         }
         out.insert(fwd[i].name, fwd[i].value);
     }
-    // Reflections are masked in the raw bytes: once a brokered secret has gone upstream on
-    // this flow, every response is asked for unencoded (an API may echo it later).
-    if (fc.secret_sent)
+    // Reflections are masked in the raw bytes: with any brokered secret configured, every
+    // response is asked for unencoded. Not only on a flow that injected one: an API may
+    // store the secret and return it later to a request on another connection.
+    if (plan.masker->active())
         out.set(http::field::accept_encoding, "identity");
     out.set(http::field::host, tgt.host_header);
     out.body() = std::move(req.body());

@@ -63,10 +63,11 @@ net::awaitable<relay_end> relay_response(ClientStream& client, upstream<Upstream
     }
     auto& rp = *parser;
     auto& res = rp.get();
-    // An injected secret echoed back (some APIs repeat headers in errors) never reaches
-    // the agent. Only unencoded bodies can be checked, so after an injection any content
-    // or transfer coding other than identity/chunked is refused.
-    if (fc.secret_sent && !only_identity_coded(res)) {
+    // A brokered secret echoed back (some APIs repeat headers in errors, or store what
+    // they were sent) never reaches the agent. Only unencoded bodies can be checked, so
+    // while any secret is brokered, any content or transfer coding other than
+    // identity/chunked is refused, whether or not this flow injected one.
+    if (masker.active() && !only_identity_coded(res)) {
         up.stream.reset();
         co_return relay_end{refusal{502, "upstream_encoding"}};
     }

@@ -194,7 +194,8 @@ class echo_origin(tp.recording_origin):
         """Answers that reflect the Authorization header in the less obvious places:
         /trailer/ a chunked trailer, /early/ a 103 interim answer, /reason/ the reason
         phrase, /last/ the Authorization of an earlier request (a stored secret),
-        /two-ce/ a gzip body behind "Content-Encoding: identity" + "Content-Encoding: gzip".
+        /two-ce/ a gzip body behind "Content-Encoding: identity" + "Content-Encoding: gzip",
+        /last-gz/ the stored Authorization gzip-coded whatever the request accepts.
         Returns True when it answered."""
         if "/trailer/" in h.path:
             h.send_response(200)
@@ -216,6 +217,13 @@ class echo_origin(tp.recording_origin):
             doc = json.dumps({"stored": last_auth}).encode()
             h.send_response(200)
             h.send_header("X-Stored-Auth", last_auth)
+            h.send_header("Content-Length", str(len(doc)))
+            h.end_headers()
+            h.wfile.write(doc)
+        elif "/last-gz/" in h.path:
+            doc = gzip.compress(json.dumps({"stored": last_auth}).encode())
+            h.send_response(200)
+            h.send_header("Content-Encoding", "gzip")
             h.send_header("Content-Length", str(len(doc)))
             h.end_headers()
             h.wfile.write(doc)
@@ -1028,6 +1036,22 @@ class t6b_response_head_test(base):
         self.assertEqual(b.status, 200, b)
         self.assertEqual(b.headers.get("x-stored-auth"), want, b)
         self.assertEqual(json.loads(b.body)["stored"], want)
+
+    def test_stored_secret_returned_encoded_on_another_connection_is_refused(self):
+        # The secret goes upstream on one connection; a later request on another
+        # connection, which injects nothing, asks for the stored value: sluice asked for
+        # identity there too, and the gzip answer (which the masker cannot read) is refused.
+        m = marker()
+        a = py_request("localhost", st.origin.port, "GET", "/v1/chat/" + m,
+                       [("Authorization", "Bearer " + PH_OPENAI)])
+        self.assertEqual(a.status, 200, a)
+        b = py_request("localhost", st.origin.port, "GET", "/v1/last-gz/" + m,
+                       [("Accept-Encoding", "gzip")])
+        self.assert_sluice_answer(b, 502, "upstream_encoding")
+        self.assertNotIn(st.openai.encode(), b.body)
+        second = [r for r in st.origin.requests_for(m) if "/last-gz/" in r["path"]]
+        self.assertEqual(len(second), 1, st.origin.requests_for(m))
+        self.assertEqual(header_values(second[0], "Accept-Encoding"), ["identity"], second[0])
 
     def test_encoded_response_after_an_injection_is_refused(self):
         m = marker()

@@ -20,6 +20,42 @@ namespace {
 
 using namespace sluice::proxy;
 
+/// An upstream stream whose reads fill the whole buffer offered (or end at the origin's
+/// close): every read the relay makes gets as much as it asked for, whatever the
+/// scheduling of the origin's writes, so the write sizes measured are the relay's own
+/// and not the timing of the run (under a sanitizer the origin is slower than the relay).
+template <class Inner>
+class full_read_stream {
+public:
+    using executor_type = typename Inner::executor_type;
+    explicit full_read_stream(Inner inner)
+        : inner_(std::move(inner)) {}
+    executor_type get_executor() { return inner_.get_executor(); }
+    Inner& next_layer() { return inner_; }
+
+    template <class Buffers, class Token>
+    auto async_read_some(const Buffers& b, Token&& token) {
+        return net::async_initiate<Token, void(beast::error_code, std::size_t)>(
+            [this](auto handler, const Buffers& buffers) {
+                net::async_read(
+                    inner_, buffers,
+                    [h = std::move(handler)](beast::error_code ec, std::size_t n) mutable {
+                        if (ec == net::error::eof && n > 0)
+                            ec = {}; // the rest of the body; EOF comes next read
+                        std::move(h)(ec, n);
+                    });
+            },
+            token, b);
+    }
+    template <class Buffers, class Token>
+    auto async_write_some(const Buffers& b, Token&& t) {
+        return inner_.async_write_some(b, std::forward<Token>(t));
+    }
+
+private:
+    Inner inner_;
+};
+
 /// A client stream that counts the write_some calls made on it and their bytes.
 template <class Inner>
 class counting_stream {
@@ -67,18 +103,25 @@ relayed relay_once(const std::string& response, std::vector<std::string_view> se
     net::io_context io;
     tcp::acceptor acc(io, {net::ip::address_v4::loopback(), 0});
     tcp::socket origin_side(io), reader_side(io);
-    upstream<plain_stream> up;
-    up.stream.emplace(io);
-    up.stream->connect(acc.local_endpoint());
+    plain_stream up_inner(io);
+    up_inner.connect(acc.local_endpoint());
     acc.accept(origin_side);
+    upstream<full_read_stream<plain_stream>> up;
+    up.stream.emplace(std::move(up_inner));
     plain_stream client_inner(io);
     client_inner.connect(acc.local_endpoint());
     acc.accept(reader_side);
     counting_stream<plain_stream> client(std::move(client_inner));
 
     relayed out;
-    net::co_spawn(io, net::async_write(origin_side, net::buffer(response), as_tuple),
-                  net::detached);
+    net::co_spawn(
+        io,
+        [&]() -> net::awaitable<void> {
+            co_await net::async_write(origin_side, net::buffer(response), as_tuple);
+            beast::error_code ignored;
+            origin_side.shutdown(tcp::socket::shutdown_send, ignored);
+        },
+        net::detached);
     net::co_spawn(
         io,
         [&]() -> net::awaitable<void> {
