@@ -4,11 +4,9 @@ through two tunnel-only references, tinyproxy and a sluice whose rule has
 `inspect: false`. What it prints is described in run.py's docstring."""
 import os
 import shutil
-import socket
 import subprocess
-import time
 
-from harness import (cpu_seconds, free_port, loadgen, measured, show, status_kib,
+from harness import (accepting, cpu_seconds, free_port, loadgen, measured, show, status_kib,
                      stop_children)
 
 
@@ -38,14 +36,7 @@ DisableViaHeader Yes
         # -d: stay in the foreground, so this Popen is the proxy itself.
         self.proc = subprocess.Popen([binary, "-d", "-c", config], stdout=subprocess.DEVNULL,
                                      stderr=self.stderr, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    break
-            except OSError:
-                time.sleep(0.05)
-        else:
+        if not accepting(self.proc, self.port, 10):
             self.stop()
             raise RuntimeError("tinyproxy did not start: " + self.log_text()[-2000:])
 

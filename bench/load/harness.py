@@ -66,6 +66,19 @@ def wait_or_kill(p, timeout):
         p.wait()
 
 
+def accepting(proc, port, seconds):
+    """Waits up to `seconds` for a connection to 127.0.0.1:`port` to succeed while `proc`
+    runs; False when it exited or the time ran out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
 def stop_children(procs=CHILDREN, timeout=10):
     """Terminates `procs` (default: every spawned child) and waits for them (bounded)."""
     for p in procs:
@@ -152,16 +165,7 @@ logging: {{level: warn, format: text}}
         self.proc = subprocess.Popen([binary, "run", "--config", config],
                                      stdout=subprocess.DEVNULL, stderr=self.stderr,
                                      stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    break
-            except OSError:
-                time.sleep(0.05)
-        else:
+        if not accepting(self.proc, self.port, 60) and self.proc.poll() is None:
             self.stop()
             raise RuntimeError("sluice did not start")
         if self.proc.poll() is not None:

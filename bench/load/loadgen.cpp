@@ -102,6 +102,16 @@ net::awaitable<std::optional<tls_stream>> open_tls(const options& o, ssl::contex
     co_return std::optional<tls_stream>(std::move(t));
 }
 
+net::awaitable<bool> ensure_open(std::optional<tls_stream>& t, beast::flat_buffer& buf,
+                                 const options& o, ssl::context& ctx,
+                                 const tcp::resolver::results_type& eps, worker_stats& ws) {
+    if (!t) {
+        t = co_await open_tls(o, ctx, eps, ws, nullptr);
+        buf.clear();
+    }
+    co_return t.has_value();
+}
+
 net::awaitable<void> finish_worker(std::optional<tls_stream>& t, worker_stats& ws, results& r) {
     if (t) {
         beast::get_lowest_layer(*t).expires_after(std::chrono::seconds(2));
@@ -178,12 +188,8 @@ net::awaitable<void> keepalive_worker(const options& o, ssl::context& ctx,
     std::optional<clock_type::time_point> due;
     net::steady_timer pace(co_await net::this_coro::executor);
     while (take_ticket(r, o)) {
-        if (!t) {
-            t = co_await open_tls(o, ctx, eps, ws, nullptr);
-            buf.clear();
-            if (!t)
-                continue;
-        }
+        if (!co_await ensure_open(t, buf, o, ctx, eps, ws))
+            continue;
         auto start = clock_type::now();
         if (o.rate > 0) {
             due = due ? *due + interval : start + interval * index / o.connections;

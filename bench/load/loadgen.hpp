@@ -96,6 +96,12 @@ net::awaitable<std::optional<tls_stream>> open_tls(const options& o, ssl::contex
                                                    const tcp::resolver::results_type& eps,
                                                    worker_stats& ws, SSL_SESSION* session);
 
+/// A keep-alive worker's connection, opened (and `buf` cleared) when it has none; false
+/// when it could not be opened (counted in `ws`).
+net::awaitable<bool> ensure_open(std::optional<tls_stream>& t, beast::flat_buffer& buf,
+                                 const options& o, ssl::context& ctx,
+                                 const tcp::resolver::results_type& eps, worker_stats& ws);
+
 /// A keep-alive worker's end: closes its connection, if open, with close_notify (2 s at
 /// most), then adds its figures to `r`.
 net::awaitable<void> finish_worker(std::optional<tls_stream>& t, worker_stats& ws, results& r);

@@ -83,12 +83,8 @@ net::awaitable<void> download_worker(const options& o, ssl::context& ctx,
     // about a large array in a coroutine frame).
     std::vector<char> sink(sink_size);
     while (take_ticket(r, o)) {
-        if (!t) {
-            t = co_await open_tls(o, ctx, eps, ws, nullptr);
-            buf.clear();
-            if (!t)
-                continue;
-        }
+        if (!co_await ensure_open(t, buf, o, ctx, eps, ws))
+            continue;
         const auto start = clock_type::now();
         const bool keep = co_await download(*t, buf, req, sink, o.response_size, ws);
         ws.latencies_us.push_back(
