@@ -89,6 +89,7 @@ dlp::verdict ws_message_inspector::on_message(std::string_view message) {
         // message's bytes were already scanned on their own, so a finding that ends inside
         // the tail is not this message's.
         window_.append(message);
+        inspector_.next_message(); // the decode budget is per message, not per session
         dlp::verdict v = inspector_.on_body(window_);
         const std::string location = "ws:message:" + std::to_string(index_);
         std::vector<dlp::finding_record> mine;
@@ -107,6 +108,7 @@ dlp::verdict ws_message_inspector::on_message(std::string_view message) {
             // approval, or a policy a reload has since replaced). A secret that appears
             // again in this message is reported once, at its first place in the window:
             // this message is scanned on its own to find it.
+            inspector_.next_message(); // its own budget, as the first scan had
             v = inspector_.on_body(std::string_view(window_).substr(tail_len_));
             for (auto& f : v.findings)
                 f.location = location;

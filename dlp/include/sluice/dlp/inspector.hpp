@@ -102,6 +102,10 @@ public:
     /// Scans the whole request body (already de-chunked), location "body". Bodies larger
     /// than policy.dlp.max_body give 413 body_too_large. Never throws.
     verdict on_body(std::string_view body);
+    /// Starts the next message of a session whose messages are scanned one by one with
+    /// on_body (a WebSocket's): the decode budget (variant_budget) counts from zero again,
+    /// as for a new request. Content-Type and Content-Encoding stay as on_head saw them.
+    void next_message() noexcept { variants_.reset(); }
 
 private:
     verdict decide(std::vector<finding_record> findings) const;
