@@ -122,9 +122,10 @@ net::awaitable<exchange_end> upgrade_websocket(ClientStream& client, beast::flat
     }
     rec.findings = to_audit(ex.findings);
     const auto pinned = fc.gen; // `policy` outlives a reload during the session
-    if (co_await relay_websocket(client, req, plan.out, *up.stream, ws, rec) ==
-        ws_outcome::upstream_failed) {
-        const refusal failed{502, "upstream_connect"};
+    const auto outcome = co_await relay_websocket(client, req, plan.out, *up.stream, ws, rec);
+    if (outcome == ws_outcome::upstream_failed || outcome == ws_outcome::upstream_encoded) {
+        const refusal failed{502, outcome == ws_outcome::upstream_failed ? "upstream_connect"
+                                                                         : "upstream_encoding"};
         co_await refuse(client, fc, ex, failed);
     }
     up.stream.reset();

@@ -146,9 +146,12 @@ struct ws_session_context {
 };
 
 enum class ws_outcome {
-    relayed,         ///< a session ran (and ended); its records are written
-    answered,        ///< the origin refused the upgrade; its answer was relayed and audited
-    upstream_failed, ///< no usable answer from the origin: the caller answers 502
+    relayed,          ///< a session ran (and ended); its records are written
+    answered,         ///< the origin refused the upgrade; its answer was relayed and audited
+    upstream_failed,  ///< no usable answer from the origin: the caller answers 502
+    upstream_encoded, ///< the upgrade was declined with a content-coded answer while a
+                      ///< brokered secret could be in it: the caller answers 502
+                      ///< upstream_encoding (the masker reads identity bodies only)
 };
 
 /// Runs one WebSocket session for an upgrade request the flow allowed. `req` is the

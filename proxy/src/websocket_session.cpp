@@ -1,7 +1,9 @@
-// The WebSocket session pair (websocket_relay.hpp): the coroutine bodies and their
-// explicit instantiations for the stream pairs flow.cpp runs exchanges on. Kept out of
-// flow.cpp so the Beast WebSocket templates (with permessage-deflate) are compiled once,
-// in this translation unit.
+// The WebSocket session pair (websocket_relay.hpp): the coroutine bodies, run over
+// any_stream, and the explicit instantiations for the stream pairs the exchange runs on.
+// Beast's WebSocket templates (with permessage-deflate) are compiled once, for
+// any_stream, in this translation unit.
+#include "any_stream.hpp"
+#include "http_fields.hpp"
 #include "ref_layer.hpp"
 #include "tls_stream.hpp"
 #include "websocket_relay.hpp"
@@ -319,24 +321,23 @@ void common_options(Ws& ws, std::size_t max_message, bool server) {
     ws.auto_fragment(false);
 }
 
-} // namespace ws_detail
+using request = http::request<http::string_body>;
 
-template <class ClientStream, class UpstreamStream>
-boost::asio::awaitable<ws_outcome>
-relay_websocket(ClientStream& client,
-                const boost::beast::http::request<boost::beast::http::string_body>& req,
-                const boost::beast::http::request<boost::beast::http::string_body>& out,
-                UpstreamStream& upstream, ws_session_context& ctx, audit_record& rec) {
-    using namespace ws_detail;
+// The session over erased streams; `client_tcp` and `upstream_tcp` are their lowest
+// layers (deadlines).
+net::awaitable<ws_outcome> relay_any(any_stream& client, beast::tcp_stream& client_tcp,
+                                     const request& req, const request& out, any_stream& upstream,
+                                     beast::tcp_stream& upstream_tcp, ws_session_context& ctx,
+                                     audit_record& rec) {
     using namespace boost::asio::experimental::awaitable_operators;
     auto started = std::chrono::steady_clock::now();
     const std::size_t max_message = ctx.policy->dlp.max_body;
 
     // The websocket streams keep their own deadlines (ws_detail timeouts).
-    beast::get_lowest_layer(client).expires_never();
-    beast::get_lowest_layer(upstream).expires_never();
+    client_tcp.expires_never();
+    upstream_tcp.expires_never();
 
-    websocket::stream<UpstreamStream&> up(upstream);
+    websocket::stream<any_stream&> up(upstream);
     common_options(up, max_message, false);
     up.set_option(websocket::stream_base::decorator([&out](websocket::request_type& r) {
         std::vector<std::string> replaced;
@@ -355,6 +356,9 @@ relay_websocket(ClientStream& client,
     auto [hec] = co_await up.async_handshake(res, out[http::field::host], out.target(), as_tuple);
     if (hec == websocket::error::upgrade_declined) {
         // The origin answered, just not with 101: that answer is the client's (masked).
+        // A coded body would hide a brokered secret from the masker: refused instead.
+        if (ctx.masker != nullptr && ctx.masker->active() && !only_identity_coded(res))
+            co_return ws_outcome::upstream_encoded;
         // By number: result() is status::unknown for codes Beast has no name for (418).
         http::response<http::string_body> answer;
         answer.version(11);
@@ -375,7 +379,7 @@ relay_websocket(ClientStream& client,
             rec.masked_bytes += ctx.masker->mask(answer.body());
         answer.keep_alive(false);
         answer.prepare_payload();
-        beast::get_lowest_layer(client).expires_after(handshake_timeout);
+        client_tcp.expires_after(handshake_timeout);
         auto [wec, wn] = co_await http::async_write(client, answer, as_tuple);
         rec.decision = rec.approval ? "supervise_approved" : "allow";
         rec.reason = wec ? "relay_interrupted" : "";
@@ -392,7 +396,7 @@ relay_websocket(ClientStream& client,
 
     // The client's session: the origin's subprotocol choice, our own extension answer.
     std::string protocol(res[http::field::sec_websocket_protocol]);
-    websocket::stream<ClientStream&> cl(client);
+    websocket::stream<any_stream&> cl(client);
     common_options(cl, max_message, true);
     // read_message enforces max_message; Beast's own limit is only a backstop above it.
     cl.read_message_max(max_message + read_step + 1);
@@ -428,6 +432,18 @@ relay_websocket(ClientStream& client,
                                        .count());
     ctx.audit(std::move(st.rec));
     co_return ws_outcome::relayed;
+}
+
+} // namespace ws_detail
+
+template <class ClientStream, class UpstreamStream>
+boost::asio::awaitable<ws_outcome>
+relay_websocket(ClientStream& client, const ws_detail::request& req, const ws_detail::request& out,
+                UpstreamStream& upstream, ws_session_context& ctx, audit_record& rec) {
+    any_stream c(client);
+    any_stream u(upstream);
+    co_return co_await ws_detail::relay_any(c, boost::beast::get_lowest_layer(client), req, out, u,
+                                            boost::beast::get_lowest_layer(upstream), ctx, rec);
 }
 
 // The stream pairs of flow.cpp's run_exchange: plain client (absolute-form ws://), TLS

@@ -1053,6 +1053,23 @@ class t6b_response_head_test(base):
         self.assertEqual(len(second), 1, st.origin.requests_for(m))
         self.assertEqual(header_values(second[0], "Accept-Encoding"), ["identity"], second[0])
 
+    def test_stored_secret_in_a_declined_websocket_upgrade_coded_is_refused(self):
+        # The same stored secret, asked for with a WebSocket upgrade the origin declines
+        # (200, gzip): the declined answer is relayed to the client only when the masker
+        # can read it, so this one is refused too.
+        m = marker()
+        a = py_request("localhost", st.origin.port, "GET", "/v1/chat/" + m,
+                       [("Authorization", "Bearer " + PH_OPENAI)])
+        self.assertEqual(a.status, 200, a)
+        upgrade = [("Upgrade", "websocket"), ("Connection", "Upgrade"),
+                   ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                   ("Sec-WebSocket-Version", "13"), ("Accept-Encoding", "gzip")]
+        b = py_request("localhost", st.origin.port, "GET", "/v1/last-gz/" + m, upgrade)
+        self.assert_sluice_answer(b, 502, "upstream_encoding")
+        self.assertNotIn(st.openai.encode(), b.body)
+        second = [r for r in st.origin.requests_for(m) if "/last-gz/" in r["path"]]
+        self.assertEqual(len(second), 1, st.origin.requests_for(m))
+
     def test_encoded_response_after_an_injection_is_refused(self):
         m = marker()
         a = py_request("localhost", st.origin.port, "GET", "/v1/two-ce/" + m,

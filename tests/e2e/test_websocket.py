@@ -55,6 +55,7 @@ class st:
     proxy_port = None
     metrics_port = None
     sup_port = None     # listener bound to the `supervised` identity
+    tls_port = None     # a TLS proxy listener (identity `local`)
     admin_port = None
     audit = None
     sluice_ca = None
@@ -158,6 +159,9 @@ listeners:
     identity: local
   - address: 127.0.0.1:{st.sup_port}
     identity: supervised
+  - address: 127.0.0.1:{st.tls_port}
+    identity: local
+    tls: {{cert: {os.path.join(st.tmp, "origin.pem")}, key: {os.path.join(st.tmp, "origin.key")}}}
 ca: {{cert: ca.pem, key: ca.key}}
 upstream:
   ca_file: {os.path.join(st.tmp, "test-ca.pem")}
@@ -201,6 +205,7 @@ def setUpModule():
         st.origin_plain = ws_origin(None, None, "deflate")
         st.proxy_port, st.metrics_port = tp.free_port(), tp.free_port()
         st.sup_port, st.admin_port = tp.free_port(), tp.free_port()
+        st.tls_port = tp.free_port()
         st.dead_port = tp.free_port()  # allowed by the policy, nothing listens on it
         st.audit = os.path.join(st.tmp, "audit.jsonl")
         st.sluice_ca = os.path.join(st.tmp, "data", "ca.pem")
@@ -277,6 +282,106 @@ async def open_ws_plain(origin, path):
     return await websockets.connect("ws://%s%s" % (authority, path), sock=sock,
                                     create_protocol=proto, open_timeout=IO_TIMEOUT_S,
                                     close_timeout=5)
+
+
+class tls_in_tls:
+    """The client side of TLS carried inside another TLS socket (ssl.SSLObject over memory
+    BIOs): a CONNECT tunnel opened on sluice's TLS proxy listener, intercepted in turn.
+    `sendall` and `recv` as a socket's."""
+
+    def __init__(self, outer, ctx, hostname):
+        self.outer = outer
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = ctx.wrap_bio(self.incoming, self.outgoing, server_hostname=hostname)
+        self._io(self.tls.do_handshake)
+
+    def _io(self, call, *args):
+        while True:
+            try:
+                result = call(*args)
+                self.outer.sendall(self.outgoing.read())
+                return result
+            except ssl.SSLWantReadError:
+                self.outer.sendall(self.outgoing.read())
+                data = self.outer.recv(65536)
+                if not data:
+                    raise EOFError("the outer TLS connection closed")
+                self.incoming.write(data)
+
+    def sendall(self, data):
+        self._io(self.tls.write, data)
+
+    def recv(self, n):
+        try:
+            return self._io(self.tls.read, n)
+        except (EOFError, ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            return b""
+
+
+class sans_io_ws:
+    """A WebSocket client over any object with sendall/recv (blocking): websockets'
+    sans-I/O ClientConnection, so it runs where asyncio cannot (TLS inside TLS).
+    `target` replaces the request target (absolute-form for an HTTP proxy)."""
+
+    def __init__(self, stream, uri, target=None):
+        import collections
+        import websockets.client
+        import websockets.uri
+        self.stream = stream
+        self.events = collections.deque()
+        self.conn = websockets.client.ClientConnection(websockets.uri.parse_uri(uri))
+        request = self.conn.connect()
+        if target:
+            request.path = target
+        self.conn.send_request(request)
+        self._flush()
+        self.response = self.next_event()
+        if self.conn.handshake_exc is not None:
+            raise self.conn.handshake_exc
+
+    def _flush(self):
+        for data in self.conn.data_to_send():
+            if data:
+                self.stream.sendall(data)
+
+    def next_event(self):
+        """The next event (the handshake Response, then Frames); None at the end."""
+        while not self.events:
+            data = self.stream.recv(65536)
+            if data:
+                self.conn.receive_data(data)
+            else:
+                self.conn.receive_eof()
+            self.events.extend(self.conn.events_received())
+            self._flush()  # close replies
+            if not data and not self.events:
+                return None
+        return self.events.popleft()
+
+    def send_text(self, text):
+        self.conn.send_text(text.encode())
+        self._flush()
+
+    def close(self, code=1000):
+        self.conn.send_close(code, "")
+        self._flush()
+
+    def close_code(self):
+        """Reads to the peer's close frame; its code (None if the stream just ended)."""
+        import websockets.frames
+        while True:
+            ev = self.next_event()
+            if ev is None:
+                return None
+            if getattr(ev, "opcode", None) == websockets.frames.Opcode.CLOSE:
+                return websockets.frames.Close.parse(ev.data).code
+
+
+def tls_listener_socket():
+    """A TLS connection to sluice's TLS proxy listener (its certificate is the test CA's)."""
+    ctx = ssl.create_default_context(cafile=os.path.join(st.tmp, "test-ca.pem"))
+    raw = socket.create_connection(("127.0.0.1", st.tls_port), timeout=IO_TIMEOUT_S)
+    return ctx.wrap_socket(raw, server_hostname="localhost")
 
 
 def run(coro):
@@ -662,6 +767,43 @@ class websocket_test(unittest.TestCase):
         _, _, hits = tp.wait_for_audit(
             lambda r: path in r.get("url", "") and r.get("reason") == "upstream_connect")
         self.assertGreaterEqual(len(hits), 1)
+
+    def test_through_a_tls_proxy_listener_wss_and_ws(self):
+        # The two stream pairs of a TLS proxy listener: wss:// in a CONNECT tunnel (TLS
+        # inside the listener's TLS, intercepted) and ws:// in absolute-form.
+        t = st.token
+        for kind in ("wss", "ws"):
+            outer = tls_listener_socket()
+            try:
+                if kind == "wss":
+                    origin, path = st.origin_pmd, self.path("tls-listener-wss")
+                    authority = "localhost:%d" % origin.port
+                    outer.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" %
+                                   (authority, authority)).encode())
+                    head = b""
+                    while not head.endswith(b"\r\n\r\n"):
+                        c = outer.recv(1)
+                        self.assertTrue(c, head)
+                        head += c
+                    self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+                    inner = tls_in_tls(outer, ssl.create_default_context(cafile=st.sluice_ca),
+                                       "localhost")
+                    ws = sans_io_ws(inner, "wss://%s%s" % (authority, path))
+                else:
+                    origin, path = st.origin_plain, self.path("tls-listener-ws")
+                    authority = "127.0.0.1:%d" % origin.port
+                    ws = sans_io_ws(outer, "ws://%s%s" % (authority, path),
+                                    target="http://%s%s" % (authority, path))
+                self.assertEqual(ws.response.status_code, 101, kind)
+                ws.send_text("hello " + kind)
+                echo = ws.next_event()
+                self.assertEqual(echo.data, ("hello " + kind).encode(), kind)
+                ws.send_text("x " + t)
+                self.assertEqual(ws.close_code(), 1008, kind)
+            finally:
+                outer.close()
+            self.assert_denied(origin, path, t.encode(), 1008, kind, 2)
+            self.assertEqual(origin.messages(path), ["hello " + kind], kind)
 
     def test_plain_ws_absolute_form(self):
         path = self.path("plain")
