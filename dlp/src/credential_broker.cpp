@@ -356,23 +356,13 @@ std::size_t star(const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
 // Masking is the union of every occurrence of every secret found in the original bytes,
 // so overlapping secrets (one a prefix of another) are hidden completely and the result
 // does not depend on the order of the secrets or on where the body was split.
-std::size_t secret_masker::cover(std::string_view text, std::size_t starts_before,
-                                 std::size_t covered, std::string& out) const {
-    // `covered`: positions [0, covered) are masked by occurrences from earlier calls.
-    std::vector<std::pair<std::size_t, std::size_t>> ranges;
-    occurrences(secrets_, text, starts_before, ranges);
-    if (covered > 0)
-        ranges.emplace_back(0, covered);
-    std::size_t reach = 0;
-    star(ranges, out, reach);
-    return reach;
-}
-
 std::size_t secret_masker::mask(std::string& value) const {
-    std::string original = value;
-    std::size_t before = std::count(value.begin(), value.end(), '*');
-    cover(original, original.size(), 0, value);
-    return static_cast<std::size_t>(std::count(value.begin(), value.end(), '*')) - before;
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    occurrences(secrets_, value, value.size(), ranges);
+    if (ranges.empty())
+        return 0;
+    std::size_t reach = 0;
+    return star(ranges, value, reach);
 }
 
 std::string_view secret_masker::feed(std::string_view data, bool last) {

@@ -193,7 +193,6 @@ step_result prepare_forward(flow_context& fc, exchange& ex, http::request<http::
             (brokered.outcome == dlp::broker_result::kind::inject && tgt.scheme != "https"))
             return refusal{403, "credential_scope", ex.client_keep_alive && fc.unread_body == 0};
     }
-    fc.secret_sent = fc.secret_sent || brokered.outcome == dlp::broker_result::kind::inject;
     // Every response is masked for every brokered secret, injected here or not: an API
     // may store what it was sent and return it later, or on another exchange.
     plan.masker.emplace(

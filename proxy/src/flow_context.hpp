@@ -79,9 +79,6 @@ struct flow_context {
     // Body bytes of a refused request that the client may still be sending: run_exchange's
     // callers read them off (discard_body) before they close, a lingering close.
     std::uint64_t unread_body = 0;
-    // A brokered secret went upstream on this flow: every later response is asked for,
-    // and must come in, identity coding, so an echo of it can be masked.
-    bool secret_sent = false;
     // False until the client has sent a whole request head: a connection that has sent
     // nothing gets the head timeout, not the keep-alive idle timeout (read_head).
     bool heard = false;

@@ -141,10 +141,6 @@ public:
 private:
     std::vector<std::string_view> secrets_;
     std::size_t longest_ = 0;
-    /// Stars every byte of `out` (a prefix of `text`) covered by an occurrence starting
-    /// before `starts_before`, or by [0, covered). Returns the end of the furthest one.
-    std::size_t cover(std::string_view text, std::size_t starts_before, std::size_t covered,
-                      std::string& out) const;
 
     std::string pending_; ///< original bytes not yet emitted (the held-back tail)
     std::string out_;
