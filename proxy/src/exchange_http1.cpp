@@ -107,6 +107,8 @@ net::awaitable<exchange_end> upgrade_websocket(ClientStream& client, beast::flat
         return ws_live(fc, *tgt, path, approved);
     };
     ws.masker = &*plan.masker;
+    for (const auto& form : plan.live->broker->reflections())
+        ws.mask_tail = std::max(ws.mask_tail, form.size() - 1);
     if (fc.state->ctl) {
         if (fc.handle)
             fc.state->ctl->set_destination(*fc.handle, flow_kind::websocket, rec.url);

@@ -9,7 +9,11 @@
 // variant pipeline together with a carried tail of the previous message
 // (ws_message_inspector). A deny verdict closes both sides with 1008 (1011 when the
 // scanner failed); the origin never receives that message. Server-to-client messages are
-// relayed with their type (text/binary), masked for brokered secrets, not scanned.
+// relayed with their type (text/binary), masked for brokered secrets (together with the
+// last bytes of the earlier ones, so a secret split across messages is masked in the
+// later part), not scanned. The origin's subprotocol choice reaches the client as the
+// client offered it (by position in the offer: a brokered value chosen is answered as
+// the placeholder), and a choice that was not offered fails the upgrade (502).
 // Ping/pong is answered by each session; a close from either peer is relayed with its
 // code (the client's close reason text is dropped: it would go upstream unscanned).
 //
@@ -139,6 +143,9 @@ struct ws_session_context {
     std::function<bool()> audit_healthy;
     /// Brokered secrets to mask in what goes to the client; may be null.
     const dlp::secret_masker* masker = nullptr;
+    /// Bytes of the origin's earlier messages kept to mask a secret split across server
+    /// messages (the longest reflection form less one); 0: each message on its own.
+    std::size_t mask_tail = 0;
     /// Holds a client message whose verdict is supervise until a person decides
     /// (control::hold with the message's findings); the client is not read meanwhile
     /// (backpressure). Null: such a message is refused (1008, approval_unavailable).

@@ -254,10 +254,29 @@ net::awaitable<void> pump_up(WsClient& cl, WsUp& up, ws_session_context& ctx, se
 }
 
 // Origin to client: relayed as they come, type preserved, brokered secrets masked.
+// One origin message masked for brokered secrets into `masked`, together with `tail`
+// (the last bytes of the earlier messages, as received): a secret split across messages
+// is masked in this message's part too. Returns the bytes of this message masked.
+std::size_t mask_message(const dlp::secret_masker& masker, std::size_t keep, std::string& tail,
+                         std::string_view message, std::string& masked) {
+    std::string joined = tail;
+    joined.append(message);
+    masker.mask(joined);
+    masked.assign(joined, tail.size(), std::string::npos);
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < message.size(); ++i)
+        n += masked[i] != message[i];
+    tail.append(message);
+    if (tail.size() > keep)
+        tail.erase(0, tail.size() - keep);
+    return n;
+}
+
 template <class WsUp, class WsClient>
 net::awaitable<void> pump_down(WsUp& up, WsClient& cl, ws_session_context& ctx, session_state& st) {
     beast::flat_buffer buf;
     std::string masked;
+    std::string tail; // the origin's last ctx.mask_tail bytes, unmasked
     for (;;) {
         auto [ec, n] = co_await up.async_read(buf, as_tuple);
         if (ec) {
@@ -288,8 +307,8 @@ net::awaitable<void> pump_down(WsUp& up, WsClient& cl, ws_session_context& ctx, 
         cl.text(text);
         boost::system::error_code wec;
         if (ctx.masker != nullptr && ctx.masker->active()) {
-            masked = beast::buffers_to_string(buf.data());
-            st.rec.masked_bytes += ctx.masker->mask(masked);
+            const std::string message = beast::buffers_to_string(buf.data());
+            st.rec.masked_bytes += mask_message(*ctx.masker, ctx.mask_tail, tail, message, masked);
             std::tie(wec, std::ignore) = co_await cl.async_write(net::buffer(masked), as_tuple);
         } else {
             std::tie(wec, std::ignore) = co_await cl.async_write(buf.data(), as_tuple);
@@ -322,6 +341,50 @@ void common_options(Ws& ws, std::size_t max_message, bool server) {
 }
 
 using request = http::request<http::string_body>;
+
+// The subprotocols a request offers, in order (RFC 6455 section 11.3.4: a comma-separated
+// list, possibly over several fields).
+std::vector<std::string> offers(const request& r) {
+    std::vector<std::string> out;
+    const auto range = r.equal_range(http::field::sec_websocket_protocol);
+    for (auto it = range.first; it != range.second; ++it) {
+        std::string_view v = it->value();
+        while (!v.empty()) {
+            const std::size_t comma = std::min(v.find(','), v.size());
+            std::string_view item = v.substr(0, comma);
+            while (!item.empty() && (item.front() == ' ' || item.front() == '\t'))
+                item.remove_prefix(1);
+            while (!item.empty() && (item.back() == ' ' || item.back() == '\t'))
+                item.remove_suffix(1);
+            if (!item.empty())
+                out.emplace_back(item);
+            v.remove_prefix(std::min(comma + 1, v.size()));
+        }
+    }
+    return out;
+}
+
+// The origin's subprotocol choice (`chosen`, from its 101) as the client offered it.
+// The upstream offer is the client's with brokered values in place of placeholders:
+// the choice is answered by its position, or, when a credential's template changed the
+// number of items, as the client's only offer. Empty when none was chosen; nullopt when
+// the choice was not offered (RFC 6455 section 4.1: the handshake fails). Either way no
+// brokered value, nor anything else of the origin's, reaches the client's 101.
+std::optional<std::string> offered_choice(const request& client, const request& upstream,
+                                          std::string_view chosen) {
+    if (chosen.empty())
+        return std::string();
+    const auto mine = offers(client);
+    const auto sent = offers(upstream);
+    const auto at = std::find(sent.begin(), sent.end(), chosen);
+    if (at == sent.end())
+        return std::nullopt;
+    if (mine.size() == sent.size())
+        return mine[static_cast<std::size_t>(at - sent.begin())];
+    if (mine.size() == 1)
+        return mine.front();
+    return std::nullopt;
+}
 
 // The session over erased streams; `client_tcp` and `upstream_tcp` are their lowest
 // layers (deadlines).
@@ -363,7 +426,10 @@ net::awaitable<ws_outcome> relay_any(any_stream& client, beast::tcp_stream& clie
         http::response<http::string_body> answer;
         answer.version(11);
         answer.result(res.result_int());
-        answer.reason(res.reason());
+        std::string reason(res.reason());
+        if (ctx.masker != nullptr)
+            rec.masked_bytes += ctx.masker->mask(reason);
+        answer.reason(reason);
         for (const auto& f : res) {
             if (f.name() == http::field::connection || f.name() == http::field::keep_alive ||
                 f.name() == http::field::transfer_encoding ||
@@ -394,16 +460,19 @@ net::awaitable<ws_outcome> relay_any(any_stream& client, beast::tcp_stream& clie
     if (hec)
         co_return ws_outcome::upstream_failed;
 
-    // The client's session: the origin's subprotocol choice, our own extension answer.
-    std::string protocol(res[http::field::sec_websocket_protocol]);
+    // The client's session: the origin's subprotocol choice as the client offered it, our
+    // own extension answer.
+    const auto protocol = offered_choice(req, out, res[http::field::sec_websocket_protocol]);
+    if (!protocol)
+        co_return ws_outcome::upstream_failed;
     websocket::stream<any_stream&> cl(client);
     common_options(cl, max_message, true);
     // read_message enforces max_message; Beast's own limit is only a backstop above it.
     cl.read_message_max(max_message + read_step + 1);
     cl.set_option(websocket::stream_base::decorator([&](websocket::response_type& r) {
         r.erase(http::field::server);
-        if (!protocol.empty())
-            r.set(http::field::sec_websocket_protocol, protocol);
+        if (!protocol->empty())
+            r.set(http::field::sec_websocket_protocol, *protocol);
         r.set("X-Sluice-Flow", ctx.flow);
     }));
     auto [aec] = co_await cl.async_accept(req, as_tuple);

@@ -1070,6 +1070,28 @@ class t6b_response_head_test(base):
         second = [r for r in st.origin.requests_for(m) if "/last-gz/" in r["path"]]
         self.assertEqual(len(second), 1, st.origin.requests_for(m))
 
+    def test_declined_websocket_upgrade_reason_phrase_is_masked(self):
+        # The origin declines the upgrade with the injected Authorization in its reason
+        # phrase: the status line the client gets is masked like the rest of the answer.
+        m = marker()
+        conn = py_connection("localhost", st.origin.port)
+        try:
+            conn.putrequest("GET", "/v1/reason/" + m, skip_accept_encoding=True)
+            for k, v in (("Upgrade", "websocket"), ("Connection", "Upgrade"),
+                         ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                         ("Sec-WebSocket-Version", "13"),
+                         ("Authorization", "Bearer " + PH_OPENAI)):
+                conn.putheader(k, v)
+            conn.endheaders()
+            r = conn.getresponse()
+            body = r.read()
+        finally:
+            conn.close()
+        self.assertEqual(r.status, 401)
+        self.assertEqual(r.reason, "Invalid Bearer " + stars(st.openai))
+        self.assertNotIn(st.openai.encode(), body)
+        self.assertEqual(len(st.origin.requests_for(m)), 1)
+
     def test_encoded_response_after_an_injection_is_refused(self):
         m = marker()
         a = py_request("localhost", st.origin.port, "GET", "/v1/two-ce/" + m,

@@ -56,6 +56,8 @@ class st:
     metrics_port = None
     sup_port = None     # listener bound to the `supervised` identity
     tls_port = None     # a TLS proxy listener (identity `local`)
+    reflector = None    # wss://, sends back what sluice brokered (credentials' destination)
+    ws_secret = None    # the brokered secret (sluice's side only)
     admin_port = None
     audit = None
     sluice_ca = None
@@ -147,11 +149,66 @@ class ws_origin:
             self.thread.join(5)
 
 
+class ws_reflector:
+    """A wss:// `websockets` origin that gives back what sluice brokered into the upgrade:
+    it selects the last subprotocol offered (as an API taking its token that way may), and
+    on /split/ sends the Authorization it received in two messages cut after 20 bytes, on
+    /bytes/ one byte per message; then it waits for the close."""
+
+    def __init__(self, certfile, keyfile):
+        self.loop = asyncio.new_event_loop()
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(certfile, keyfile)
+        self.offered = {}
+        started = threading.Event()
+
+        def last_offered(client, server):
+            return client[-1] if client else None
+
+        def run():
+            asyncio.set_event_loop(self.loop)
+            self.server = self.loop.run_until_complete(websockets.serve(
+                self.handler, "127.0.0.1", 0, ssl=ctx, compression=None,
+                subprotocols=["any"], select_subprotocol=last_offered))
+            self.port = self.server.sockets[0].getsockname()[1]
+            started.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        if not started.wait(10):
+            raise RuntimeError("reflecting origin did not start")
+
+    async def handler(self, ws):
+        auth = ws.request_headers.get("Authorization", "")
+        self.offered[ws.path] = ws.request_headers.get_all("Sec-WebSocket-Protocol")
+        try:
+            if ws.path.startswith("/split/"):
+                await ws.send(auth[:20])
+                await ws.send(auth[20:])
+            elif ws.path.startswith("/bytes/"):
+                for ch in auth:
+                    await ws.send(ch)
+            await ws.wait_closed()
+        except websockets.exceptions.ConnectionClosed:
+            pass
+
+    def stop(self):
+        async def shut():
+            self.server.close()
+            await self.server.wait_closed()
+        try:
+            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+
+
 # ---------------------------------------------------------------- sluice
 
 def config_text():
-    ports = ", ".join([str(o.port) for o in (st.origin_pmd, st.origin_raw, st.origin_plain)] +
-                      [str(st.dead_port)])
+    ports = ", ".join([str(o.port) for o in (st.origin_pmd, st.origin_raw, st.origin_plain,
+                                             st.reflector)] + [str(st.dead_port)])
     return f"""version: 1
 data_dir: {os.path.join(st.tmp, "data")}
 listeners:
@@ -180,7 +237,20 @@ policies:
       on_finding: {action}
       max_body: {MAX_BODY}
     private_destinations: [127.0.0.1/32, "::1/128"]
-""" for who, action in (("local", "deny"), ("supervised", "supervise"))) + f"""supervise: {{timeout: 30s}}
+""" for who, action in (("local", "deny"), ("supervised", "supervise"))) + f"""credentials:
+  - name: ws-bearer
+    placeholder: "sluice-ws-bearer"
+    source: {{env: SLUICE_E2E_WS_SECRET}}
+    hosts: [localhost]
+    ports: [{st.reflector.port}]
+    header: {{name: Authorization, value: "Bearer {{secret}}"}}
+  - name: ws-proto
+    placeholder: "sluice-ws-proto"
+    source: {{env: SLUICE_E2E_WS_SECRET}}
+    hosts: [localhost]
+    ports: [{st.reflector.port}]
+    header: {{name: Sec-WebSocket-Protocol}}
+supervise: {{timeout: 30s}}
 admin: {{address: "127.0.0.1:{st.admin_port}", token_file: admin.token}}
 metrics: {{address: "127.0.0.1:{st.metrics_port}"}}
 audit: {{path: {st.audit}, fsync: always}}
@@ -188,9 +258,9 @@ audit: {{path: {st.audit}, fsync: always}}
 
 
 def stop_everything():
-    tp.stop_run(st.sluice, (st.origin_pmd, st.origin_raw, st.origin_plain),
+    tp.stop_run(st.sluice, (st.origin_pmd, st.origin_raw, st.origin_plain, st.reflector),
                 (st.stderr, st.stdout), st.tmp)
-    st.origin_pmd = st.origin_raw = st.origin_plain = None
+    st.origin_pmd = st.origin_raw = st.origin_plain = st.reflector = None
 
 
 def setUpModule():
@@ -203,6 +273,8 @@ def setUpModule():
         st.origin_pmd = ws_origin(cert, key, "deflate")
         st.origin_raw = ws_origin(cert, key, None)
         st.origin_plain = ws_origin(None, None, "deflate")
+        st.reflector = ws_reflector(cert, key)
+        st.ws_secret = "sk-ws-" + tp.marker() + tp.marker()
         st.proxy_port, st.metrics_port = tp.free_port(), tp.free_port()
         st.sup_port, st.admin_port = tp.free_port(), tp.free_port()
         st.tls_port = tp.free_port()
@@ -217,7 +289,8 @@ def setUpModule():
         st.stdout = open(os.path.join(st.tmp, "sluice.stdout"), "wb")
         st.sluice = subprocess.Popen([binary, "run", "--config", config], stdout=st.stdout,
                                      stderr=st.stderr, stdin=subprocess.DEVNULL,
-                                     env=tp.client_env())
+                                     env=dict(tp.client_env(),
+                                              SLUICE_E2E_WS_SECRET=st.ws_secret))
         if not tp.wait_for_port(st.proxy_port, st.sluice, tp.START_TIMEOUT_S):
             raise RuntimeError("sluice did not start (exit %s)" % st.sluice.poll())
         tp.S.tmp, tp.S.audit_path = st.tmp, st.audit  # tp.wait_for_audit reads these
@@ -804,6 +877,43 @@ class websocket_test(unittest.TestCase):
                 outer.close()
             self.assert_denied(origin, path, t.encode(), 1008, kind, 2)
             self.assertEqual(origin.messages(path), ["hello " + kind], kind)
+
+    def test_brokered_subprotocol_is_answered_as_the_client_offered_it(self):
+        # The credential goes upstream in Sec-WebSocket-Protocol and the origin selects it:
+        # the client's 101 names the placeholder it offered, never the secret.
+        path = "/proto/%s" % tp.marker()
+
+        async def go():
+            ws = await open_wss(st.reflector, path, None, subprotocols=["sluice-ws-proto"])
+            proto = ws.subprotocol
+            await ws.close()
+            return proto
+
+        self.assertEqual(run(go()), "sluice-ws-proto")
+        self.assertEqual(st.reflector.offered[path], [st.ws_secret])
+        data, _ = tp.read_audit()
+        self.assertNotIn(st.ws_secret.encode(), data)
+
+    def test_secret_split_across_server_messages_is_masked(self):
+        # Two messages cut after 20 bytes, then one byte per message: the client gets
+        # stars wherever the joined messages hold 12 or more bytes of the secret.
+        want = "Bearer " + st.ws_secret
+        for kind, count in (("split", 2), ("bytes", len(want))):
+            path = "/%s/%s" % (kind, tp.marker())
+
+            async def go():
+                ws = await open_wss(st.reflector, path, None,
+                                    extra_headers={"Authorization": "Bearer sluice-ws-bearer"})
+                got = [await asyncio.wait_for(ws.recv(), IO_TIMEOUT_S) for _ in range(count)]
+                await ws.close()
+                return "".join(got)
+
+            joined = run(go())
+            self.assertEqual(len(joined), len(want), kind)
+            self.assertTrue(joined.startswith("Bearer "), (kind, joined))
+            self.assertNotIn(st.ws_secret[:12], joined, kind)
+            # At most the first 11 bytes of the secret (min_prefix - 1) can pass unmasked.
+            self.assertEqual(joined[7 + 11:], "*" * (len(st.ws_secret) - 11), (kind, joined))
 
     def test_plain_ws_absolute_form(self):
         path = self.path("plain")
