@@ -66,7 +66,47 @@ class st:
 
 # ---------------------------------------------------------------- origins
 
-class ws_origin:
+class threaded_ws_server:
+    """A `websockets` server in its own thread and event loop: start() with the arguments
+    of websockets.serve after the handler, stop() at the end."""
+
+    def start(self, handler, **serve_kw):
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        def run():
+            asyncio.set_event_loop(self.loop)
+            self.server = self.loop.run_until_complete(
+                websockets.serve(handler, "127.0.0.1", 0, **serve_kw))
+            self.port = self.server.sockets[0].getsockname()[1]
+            started.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        if not started.wait(10):
+            raise RuntimeError("websocket origin did not start")
+
+    def stop(self):
+        async def shut():
+            self.server.close()
+            await self.server.wait_closed()
+        try:
+            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+
+
+def server_tls(certfile, keyfile):
+    if not certfile:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(certfile, keyfile)
+    return ctx
+
+
+class ws_origin(threaded_ws_server):
     """A `websockets` server in its own thread and event loop. Echoes each message with
     its type; records per path: messages received (str or bytes), the extensions and
     subprotocol it negotiated, the close code it saw, and 'pong' after /ping/ paths.
@@ -77,27 +117,9 @@ class ws_origin:
         self.got = {}
         self.info = {}
         self.lock = threading.Lock()
-        self.loop = asyncio.new_event_loop()
-        ctx = None
-        if certfile:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.load_cert_chain(certfile, keyfile)
-        started = threading.Event()
-
-        def run():
-            asyncio.set_event_loop(self.loop)
-            self.server = self.loop.run_until_complete(websockets.serve(
-                self.handler, "127.0.0.1", 0, ssl=ctx, compression=compression,
-                subprotocols=["chat.v2", "chat.v1"], process_request=self.process_request,
-                max_size=8 << 20))
-            self.port = self.server.sockets[0].getsockname()[1]
-            started.set()
-            self.loop.run_forever()
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        if not started.wait(10):
-            raise RuntimeError("websocket origin did not start")
+        self.start(self.handler, ssl=server_tls(certfile, keyfile), compression=compression,
+                   subprotocols=["chat.v2", "chat.v1"], process_request=self.process_request,
+                   max_size=8 << 20)
 
     def process_request(self, path, headers):
         with self.lock:
@@ -138,46 +160,21 @@ class ws_origin:
             with self.lock:
                 self.info[path]["close_code"] = ws.close_code
 
-    def stop(self):
-        async def shut():
-            self.server.close()
-            await self.server.wait_closed()
-        try:
-            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(5)
 
-
-class ws_reflector:
+class ws_reflector(threaded_ws_server):
     """A wss:// `websockets` origin that gives back what sluice brokered into the upgrade:
     it selects the last subprotocol offered (as an API taking its token that way may), and
     on /split/ sends the Authorization it received in two messages cut after 20 bytes, on
     /bytes/ one byte per message; then it waits for the close."""
 
     def __init__(self, certfile, keyfile):
-        self.loop = asyncio.new_event_loop()
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(certfile, keyfile)
         self.offered = {}
-        started = threading.Event()
 
         def last_offered(client, server):
             return client[-1] if client else None
 
-        def run():
-            asyncio.set_event_loop(self.loop)
-            self.server = self.loop.run_until_complete(websockets.serve(
-                self.handler, "127.0.0.1", 0, ssl=ctx, compression=None,
-                subprotocols=["any"], select_subprotocol=last_offered))
-            self.port = self.server.sockets[0].getsockname()[1]
-            started.set()
-            self.loop.run_forever()
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        if not started.wait(10):
-            raise RuntimeError("reflecting origin did not start")
+        self.start(self.handler, ssl=server_tls(certfile, keyfile), compression=None,
+                   subprotocols=["any"], select_subprotocol=last_offered)
 
     async def handler(self, ws):
         auth = ws.request_headers.get("Authorization", "")
@@ -192,16 +189,6 @@ class ws_reflector:
             await ws.wait_closed()
         except websockets.exceptions.ConnectionClosed:
             pass
-
-    def stop(self):
-        async def shut():
-            self.server.close()
-            await self.server.wait_closed()
-        try:
-            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(5)
 
 
 # ---------------------------------------------------------------- sluice
