@@ -11,6 +11,7 @@ packages=(
   libssl-dev openssl
   libhyperscan-dev libre2-dev
   zlib1g-dev libbrotli-dev libzstd-dev libbz2-dev libutf8proc-dev libicu-dev
+  libsimdjson-dev  # dlp/src/joined_fields.cpp: the values of JSON bodies, for joined views
   libpsl-dev  # dlp/src/hostname.cpp: registrable domains from the built-in Public Suffix List
   libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev

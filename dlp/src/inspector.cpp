@@ -281,4 +281,19 @@ verdict inspector::on_body(std::string_view body) {
     }
 }
 
+verdict inspector::on_seam(const message_ends& before, const message_ends& after,
+                           std::string_view location) {
+    try {
+        std::vector<finding_record> findings;
+        std::vector<variant_finding> found;
+        verdict failed;
+        if (!take(variants_.scan_seam(before, after, location, found), found, findings, failed)) {
+            return failed;
+        }
+        return decide(std::move(findings));
+    } catch (...) {
+        return internal_error();
+    }
+}
+
 } // namespace sluice::dlp

@@ -8,8 +8,10 @@
 
 #include "sluice/detectors/validators.hpp"
 #include "sluice/dlp/decode.hpp"
+#include "sluice/dlp/seam.hpp"
 
-#include <boost/json.hpp>
+#include "joined.hpp"
+
 #include <hs/hs.h>
 
 #if defined(__SSE2__)
@@ -25,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <unordered_set>
 
 namespace sluice::dlp {
@@ -352,27 +355,6 @@ std::string param(std::string_view content_type, std::string_view name) {
         pos = next;
     }
     return {};
-}
-
-void collect_json(const boost::json::value& root, std::string& out) {
-    std::vector<const boost::json::value*> stack{&root};
-    while (!stack.empty()) {
-        const auto* v = stack.back();
-        stack.pop_back();
-        if (v->is_string()) {
-            out.append(v->get_string().data(), v->get_string().size());
-            out += '\n';
-        } else if (v->is_array()) {
-            for (const auto& e : v->get_array())
-                stack.push_back(&e);
-        } else if (v->is_object()) {
-            for (const auto& kv : v->get_object()) {
-                out.append(kv.key().data(), kv.key().size());
-                out += '\n';
-                stack.push_back(&kv.value());
-            }
-        }
-    }
 }
 
 // Candidate finding, 64 bytes at a time: each chunk is classified into bit masks (bit
@@ -1017,6 +999,7 @@ variant_scanner::~variant_scanner() {
 }
 
 void variant_scanner::reset() noexcept {
+    ends_ = {};
     stats_ = {};
 }
 
@@ -1957,6 +1940,17 @@ variant_status variant_scanner::scan_url(std::string_view target, std::string_vi
         if (st != variant_status::ok)
             return st;
     }
+    // Joined views: a secret cut over path segments or query values.
+    for (const bool is_path : {true, false}) {
+        joined::view v(is_path ? "path" : "query");
+        if (is_path)
+            joined::add_path(v, path);
+        else
+            joined::add_form(v, query);
+        st = scan_joined(v, c);
+        if (st != variant_status::ok)
+            return st;
+    }
     // Host labels joined: every run of consecutive labels, without the dots, one per line
     // (a key split across subdomain labels, whatever the registered domain is).
     std::vector<std::string_view> labels;
@@ -2053,10 +2047,121 @@ variant_status variant_scanner::scan_embedded(std::string_view data, const std::
     return variant_status::ok;
 }
 
+// True when one of the values a joined finding spans holds a finding of its own where the
+// join used it: the secret was that value's, already reported (or let through) on its own,
+// and the join only glued a neighbour to it (a token followed by the next word is a longer
+// look-alike). A part of a cut secret finds nothing alone, so real joins are kept.
+bool variant_scanner::one_value_explains(std::string_view lines,
+                                         const std::vector<joined::mark>& marks, std::size_t off,
+                                         std::size_t len) {
+    auto it = std::upper_bound(marks.begin(), marks.end(), off,
+                               [](std::size_t o, const joined::mark& m) { return o < m.at; });
+    if (it != marks.begin())
+        --it;
+    for (; it != marks.end() && it->at < off + len; ++it) {
+        if (it->ordinal == joined::no_value)
+            continue;
+        const std::size_t end = std::next(it) != marks.end() ? std::next(it)->at : lines.size();
+        const std::size_t lo = std::max(off, it->at) - it->at;
+        const std::size_t hi = std::min(off + len, end) - it->at;
+        scratch_.clear();
+        if (!scanner_.scan(lines.substr(it->at, end - it->at), scratch_))
+            return false;
+        for (const auto& f : scratch_)
+            if (f.begin < hi && f.end > lo)
+                return true;
+    }
+    return false;
+}
+
+// Joined lines: the direct lines with every decoder (a base64 run cut over two fields is
+// decoded whole), the window lines with the detectors only (they are the same values in
+// other combinations, and decoding each of them again would multiply the decoders' work by
+// the window). Findings' offsets are into `lines`.
+variant_status variant_scanner::scan_lines(std::string_view lines, std::size_t window_at,
+                                           std::string& chain, ctx& c) {
+    auto st = process(lines.substr(0, window_at), chain, 0, 0, npos, c);
+    if (st != variant_status::ok || window_at == lines.size())
+        return st;
+    const std::size_t from = c.out->size();
+    st = scan_buffer(lines.substr(window_at), chain, 0, npos, c, nullptr);
+    for (std::size_t i = from; i < c.out->size(); ++i)
+        (*c.out)[i].offset += window_at;
+    return st;
+}
+
+// A joined view's lines (joined.hpp), charged to the decode budget and scanned with every
+// decoder; a finding that spans values is renamed "<view>:<ordinals>".
+variant_status variant_scanner::scan_joined(const joined::view& v, ctx& c) {
+    std::string buf;
+    std::vector<joined::mark> marks;
+    std::size_t window_at = 0;
+    if (!opts_.joined || !v.lines(buf, marks, window_at))
+        return variant_status::ok;
+    if (!charge(buf.size()))
+        return variant_status::over_budget;
+    const std::size_t before = c.out->size();
+    std::string chain = "joined:" + v.name();
+    const std::size_t prefix = chain.size();
+    const auto st = scan_lines(buf, window_at, chain, c);
+    std::size_t kept = before;
+    for (std::size_t i = before; i < c.out->size(); ++i) {
+        auto& f = (*c.out)[i];
+        const std::string span = joined::name_span(marks, f.offset, f.length);
+        if (!span.empty() && one_value_explains(buf, marks, f.offset, f.length))
+            continue;
+        if (!span.empty() && f.variant.starts_with("joined:"))
+            f.variant =
+                v.name() + ":" + span + f.variant.substr(std::min(prefix, f.variant.size()));
+        if (kept != i)
+            (*c.out)[kept] = std::move(f);
+        ++kept;
+    }
+    c.out->resize(kept);
+    return st;
+}
+
+variant_status variant_scanner::scan_seam(const message_ends& before, const message_ends& after,
+                                          std::string_view location,
+                                          std::vector<variant_finding>& out) {
+    if (!opts_.joined || before.last.empty() || after.first.empty())
+        return variant_status::ok;
+    joined::view v("seam");
+    for (const auto& s : before.last)
+        v.add(s);
+    for (const auto& s : after.first)
+        v.add(s);
+    std::string buf;
+    std::vector<joined::mark> marks;
+    std::size_t window_at = 0;
+    if (!v.lines(buf, marks, window_at))
+        return variant_status::ok;
+    if (!charge(buf.size()))
+        return variant_status::over_budget;
+    std::vector<variant_finding> found;
+    ctx c;
+    c.location = location;
+    c.out = &found;
+    std::string chain = "seam";
+    const auto st = scan_lines(buf, window_at, chain, c);
+    const std::size_t split = before.last.size();
+    for (auto& f : found) {
+        const auto ords = joined::span(marks, f.offset, f.length);
+        if (ords.empty() || ords.front() >= split || ords.back() < split ||
+            one_value_explains(buf, marks, f.offset, f.length))
+            continue; // one side's own
+        f.variant = "seam:" + joined::name_span(marks, f.offset, f.length) +
+                    f.variant.substr(std::min<std::size_t>(4, f.variant.size()));
+        out.push_back(std::move(f));
+    }
+    return st;
+}
+
 variant_status variant_scanner::scan_body(std::string_view body, std::string_view content_type,
                                           std::string_view content_encoding,
                                           std::vector<variant_finding>& out) {
     stats_.input_bytes += body.size();
+    ends_ = {};
     ctx c;
     c.location = "body";
     c.out = &out;
@@ -2155,16 +2260,15 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
             return st;
     }
     std::string buf;
+    std::optional<joined::view> json_view; // parsed once, for this and the joined view
     if ((ct == "application/json" || (ct.size() > 5 && ct.ends_with("+json"))) &&
         (data.find("\\u") != std::string_view::npos ||
          data.find("\\/") != std::string_view::npos)) {
         // Only \u and \/ can change the characters a secret is made of; without them
         // every string is already in the raw pass (the rules read \n, \" and \\ as
-        // separators), and parsing is then the dominant cost of a JSON body.
-        boost::system::error_code ec;
-        boost::json::value v = boost::json::parse(data, ec);
-        if (!ec) {
-            collect_json(v, buf);
+        // separators). Keys and strings, unescaped, one per line.
+        json_view.emplace("json");
+        if (joined::add_json(*json_view, data, &buf)) {
             if (!charge(buf.size()))
                 return variant_status::over_budget;
             step("json");
@@ -2196,6 +2300,7 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
                ct == "multipart/related") {
         const std::string boundary = param(content_type, "boundary");
         if (!boundary.empty()) {
+            joined::view parts("multipart");
             const std::string delim = "--" + boundary;
             std::size_t p = data.find(delim);
             std::string piece;
@@ -2218,6 +2323,7 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
                     while (!pbody.empty() && (pbody.back() == '\n' || pbody.back() == '\r'))
                         pbody.remove_suffix(1);
                     const std::size_t cte = headers.find("content-transfer-encoding:");
+                    std::string_view value = pbody;
                     if (cte != std::string::npos) {
                         std::string_view val = std::string_view(headers).substr(cte + 26);
                         val = trim(val.substr(0, val.find('\n')));
@@ -2235,11 +2341,16 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
                                 return variant_status::over_budget;
                             step(name);
                             st = process(piece, chain, 0, 0, npos, c);
+                            value = piece;
                         }
                     }
+                    parts.add(value);
                 }
                 p = next;
             }
+            ends_ = joined::ends_from(parts);
+            if (st == variant_status::ok)
+                st = scan_joined(parts, c);
         }
     } else if (ct == "text/event-stream") {
         // Each event's data lines concatenated: a token split over two data: lines.
@@ -2270,7 +2381,45 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
             st = process(buf, chain, 0, 0, npos, c);
         }
     }
-    return st;
+    if (st != variant_status::ok)
+        return st;
+    return scan_body_joined(data, ct, c, json_view ? &*json_view : nullptr);
+}
+
+// The joined views of a body's values (joined.hpp), by Content-Type or, for JSON, by shape:
+// an agent does not have to say application/json for its tool call to be JSON.
+variant_status variant_scanner::scan_body_joined(std::string_view data, std::string_view ct, ctx& c,
+                                                 const joined::view* json) {
+    if (ct.starts_with("multipart/"))
+        return variant_status::ok; // joined part by part above
+    const std::size_t first = data.find_first_not_of(" \t\r\n");
+    const bool json_shape =
+        first != std::string_view::npos && (data[first] == '{' || data[first] == '[');
+    if (ct == "application/x-www-form-urlencoded") {
+        joined::view v("form");
+        joined::add_form(v, data);
+        ends_ = joined::ends_from(v);
+        return scan_joined(v, c);
+    }
+    if (ct == "text/event-stream") {
+        joined::view v("sse");
+        joined::add_sse(v, data);
+        ends_ = joined::ends_from(v);
+        return scan_joined(v, c);
+    }
+    if (json && json->size() > 0) {
+        ends_ = joined::ends_from(*json);
+        return scan_joined(*json, c);
+    }
+    if (json_shape || ct == "application/json" || (ct.size() > 5 && ct.ends_with("+json"))) {
+        joined::view v("json");
+        if (joined::add_json(v, data)) {
+            ends_ = joined::ends_from(v);
+            return scan_joined(v, c);
+        }
+    }
+    ends_ = joined::ends_of_words(data);
+    return variant_status::ok;
 }
 
 } // namespace sluice::dlp

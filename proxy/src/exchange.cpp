@@ -85,6 +85,22 @@ dlp::verdict merged(dlp::verdict head_v, dlp::verdict body_v) {
     return body_v;
 }
 
+// A secret cut over two requests to one destination (issue 21): the first values of this
+// body are scanned joined with the last values of the previous body the same identity sent
+// there within seam_ttl (dlp/seam.hpp). A request that is refused leaves no ends: its
+// bytes never left, and the previous request's ends stay for the next one.
+dlp::verdict joined_with_previous(flow_context& fc, const exchange& ex, dlp::inspector& ins,
+                                  dlp::verdict v) {
+    const auto& dest = *ex.tgt->dest;
+    const std::string key = (fc.identity.empty() ? fc.source : fc.identity) + '\n' + dest.host +
+                            ':' + std::to_string(dest.port);
+    const auto now = std::chrono::steady_clock::now();
+    v = merged(std::move(v), ins.on_seam(fc.state->seams.recent(key, now), ins.ends(), "body"));
+    if (v.kind != dlp::verdict_kind::deny)
+        fc.state->seams.keep(key, ins.ends(), now);
+    return v;
+}
+
 } // namespace
 
 step_result inspect_request(flow_context& fc, exchange& ex,
@@ -107,6 +123,8 @@ step_result inspect_request(flow_context& fc, exchange& ex,
         // approver (and the audit) every finding it carries, not just the head's.
         if (v.kind != dlp::verdict_kind::deny && !ex.streamed)
             v = merged(std::move(v), ins.on_body(req.body()));
+        if (v.kind != dlp::verdict_kind::deny && !ex.streamed)
+            v = joined_with_previous(fc, ex, ins, std::move(v));
         ex.findings = v.findings;
         if (fc.state->stats)
             count_scan(*fc.state->stats, scan_started, tgt.origin_form.size() + req.body().size());

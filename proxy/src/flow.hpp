@@ -4,6 +4,7 @@
 
 #include "sluice/config/settings.hpp"
 #include "sluice/dlp/credential_broker.hpp"
+#include "sluice/dlp/seam.hpp"
 #include "sluice/dlp/variants.hpp"
 #include "sluice/proxy/audit_log.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
@@ -44,6 +45,9 @@ struct shared_state {
     std::atomic<std::int64_t> active{0};
     std::uint64_t flow_salt = 0; ///< random per process, so flow ids differ across restarts
     rate_limits limits;          ///< per-identity `policies[].limits` state (issue 7)
+    /// The ends of the last request body per identity and destination, joined with the
+    /// next one (issue 21; dlp/seam.hpp bounds it).
+    dlp::seam_store seams;
 };
 
 /// What a listener contributes to a flow.

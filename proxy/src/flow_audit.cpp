@@ -135,17 +135,33 @@ std::string audit_url(std::string_view prefix, std::string_view target,
         if (f.location != "url")
             continue;
         url_finding = true;
+        // Offsets of extractions (path segments, query values, host labels, joined views)
+        // are into the extracted buffer, not the target. The whole path goes for those of
+        // the path ("/[redacted]"), never a piece; query values all go below.
+        if (f.variant.starts_with("path") || f.variant.starts_with("joined:path")) {
+            const std::size_t q = std::min(t.find('?'), t.size());
+            const std::size_t from = t.starts_with("/") ? 1 : 0;
+            if (q > from)
+                ranges.emplace_back(from, q - from);
+            continue;
+        }
+        if (f.variant.starts_with("query") || f.variant.starts_with("joined:") ||
+            f.variant.starts_with("host"))
+            continue;
         if (f.length > 0 && f.offset < t.size())
             ranges.emplace_back(f.offset, std::min(f.length, t.size() - f.offset));
     }
-    std::sort(ranges.begin(), ranges.end(), std::greater<>());
-    std::size_t floor = t.size();
-    for (auto [off, len] : ranges) {
-        if (off + len > floor)
-            len = floor > off ? floor - off : 0;
-        t.replace(off, len, "[redacted]");
-        floor = off;
+    // Overlapping ranges are merged first, so a range inside another cannot keep bytes.
+    std::sort(ranges.begin(), ranges.end());
+    std::vector<std::pair<std::size_t, std::size_t>> merged; // begin, end
+    for (const auto& [off, len] : ranges) {
+        if (!merged.empty() && off <= merged.back().second)
+            merged.back().second = std::max(merged.back().second, off + len);
+        else
+            merged.emplace_back(off, off + len);
     }
+    for (auto it = merged.rbegin(); it != merged.rend(); ++it)
+        t.replace(it->first, it->second - it->first, "[redacted]");
     return audit_log::redact_query(std::string(prefix) + t, url_finding);
 }
 

@@ -76,10 +76,29 @@ void ws_message_inspector::continue_from(const ws_message_inspector& older) {
     window_.assign(older.window_, older.window_.size() - keep, keep);
     tail_len_ = keep;
     index_ = older.index_;
+    ends_ = older.ends_;
 }
 
 std::size_t ws_message_inspector::tail_for(const detectors::ruleset& rules) noexcept {
     return std::clamp<std::size_t>(rules.max_width() * 2, 256, 16 * 1024);
+}
+
+// The seam with the previous message (dlp/seam.hpp): its last values joined with this
+// message's first ones. The ends move on only when this message is let through.
+dlp::verdict ws_message_inspector::with_seam(dlp::verdict v, std::string_view message,
+                                             const std::string& location) {
+    dlp::message_ends ends = dlp::ends_of(message);
+    dlp::verdict sv = inspector_.on_seam(ends_, ends, location);
+    v.findings.insert(v.findings.end(), sv.findings.begin(), sv.findings.end());
+    if (sv.kind == dlp::verdict_kind::deny ||
+        (sv.kind == dlp::verdict_kind::supervise && v.kind == dlp::verdict_kind::forward)) {
+        v.kind = sv.kind;
+        v.status = sv.status;
+        v.reason = std::move(sv.reason);
+    }
+    if (v.kind != dlp::verdict_kind::deny)
+        ends_ = std::move(ends);
+    return v;
 }
 
 dlp::verdict ws_message_inspector::on_message(std::string_view message) {
@@ -113,6 +132,8 @@ dlp::verdict ws_message_inspector::on_message(std::string_view message) {
             for (auto& f : v.findings)
                 f.location = location;
         }
+        if (v.kind != dlp::verdict_kind::deny)
+            v = with_seam(std::move(v), message, location);
         // Carry the tail for the next message.
         const std::size_t keep = std::min(tail_bytes_, window_.size());
         window_.erase(0, window_.size() - keep);
@@ -122,6 +143,7 @@ dlp::verdict ws_message_inspector::on_message(std::string_view message) {
         // Allocation failure: fail closed.
         window_.clear();
         tail_len_ = 0;
+        ends_ = {};
         dlp::verdict v;
         v.kind = dlp::verdict_kind::deny;
         v.status = 500;

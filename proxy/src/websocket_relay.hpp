@@ -102,6 +102,8 @@ public:
     static std::size_t tail_for(const detectors::ruleset& rules) noexcept;
 
 private:
+    dlp::verdict with_seam(dlp::verdict v, std::string_view message, const std::string& location);
+
     dlp::policy policy_; ///< the session's policy, max_body lifted (the reader limits size)
     detectors::scanner scanner_;
     dlp::inspector inspector_;
@@ -109,6 +111,9 @@ private:
     std::string window_; ///< tail of the previous message, then the current one
     std::size_t tail_len_ = 0;
     std::uint64_t index_ = 0;
+    /// The ends of the last message let through (dlp/seam.hpp): a secret cut over two
+    /// messages with labels between (`part1: X`, `part2: Y`) meets at the seam.
+    dlp::message_ends ends_;
 };
 
 /// The configuration a session's next client message is decided under.

@@ -12,6 +12,13 @@ one let a checksum-valid GitHub token leave through sluice or stay in its audit 
 - The token with its prefix in capitals (`GHP_...`) or without it (the 36 characters
   after `ghp_`, checksum-valid): 403 `dlp_finding`; a look-alike whose checksum does not
   verify is forwarded.
+- A token cut into parts and scattered over one request (issue 21, joined views): query
+  values with junk between them, path segments, two JSON fields of an MCP tool call (in
+  any Content-Type), form fields, multipart parts, SSE events: 403 `dlp_finding`, nothing
+  at the origin, no part in the audit; the same shapes with clean values are forwarded.
+- A token cut over two requests to one destination (JSON chunks on two connections,
+  labelled halves on one kept-alive connection): the second is refused (the seam of
+  dlp/seam.hpp); unrelated requests one after another are forwarded.
 
 Run by ctest (tests/e2e/CMakeLists.txt, SLUICE_BIN set) or by hand:
   SLUICE_BIN=build/sluice python3 tests/e2e/test_red_team_encodings.py -v
@@ -364,6 +371,158 @@ class token_shape_test(unittest.TestCase):
             code, answer = lb.upload("agent", path, text)
             self.assertEqual(code, "200", answer[:300])
             self.assertEqual(len(lb.origin_got(path)), 1)
+
+
+def send(path, body=None, ct=None, forms=()):
+    """curl through sluice to the TLS origin: `body` POSTed with Content-Type `ct`, or
+    `forms` as multipart fields (-F), or a GET. Returns (status, answer bytes)."""
+    d = tempfile.mkdtemp(dir=U.tmp)
+    out = os.path.join(d, "out")
+    cmd = ["curl", "-q", "-sS", "--globoff", "--max-time", "60", "--proxy",
+           "http://127.0.0.1:%d" % U.port, "--cacert", U.sluice_ca, "-H", "Expect:",
+           "-o", out, "-w", "%{http_code}"]
+    if body is not None:
+        src = os.path.join(d, "body")
+        with open(src, "wb") as f:
+            f.write(body)
+        cmd += ["-H", "Content-Type: " + ct, "--data-binary", "@" + src]
+    for name, value in forms:
+        cmd += ["-F", "%s=%s" % (name, value)]
+    cmd.append("https://localhost:%d%s" % (U.origin.port, path))
+    r = subprocess.run(cmd, capture_output=True, timeout=90, env=tp.client_env())
+    answer = b""
+    if os.path.exists(out):
+        with open(out, "rb") as f:
+            answer = f.read()
+    return r.stdout.decode().strip(), answer
+
+
+def scatter(t, n):
+    """`t` cut into `n` parts of about equal length."""
+    step = -(-len(t) // n)
+    return [t[i:i + step] for i in range(0, len(t), step)]
+
+
+def shapes(parts, base):
+    """One request per shape, each carrying `parts` (in order) with junk between them."""
+    a, b, c = parts
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "save", "arguments": {"first": a, "note": "zz1",
+                                                     "middle": b, "last": c}}}
+    return [
+        ("query", dict(path="%s/q?a=%s&junk=zz1&b=%s&c=%s" % (base, a, b, c))),
+        ("path", dict(path="%s/p/%s/%s/%s/x" % (base, a, b, c))),
+        ("json", dict(path=base + "/j", body=json.dumps(call).encode(),
+                      ct="application/json")),
+        ("json as text", dict(path=base + "/t", body=json.dumps(call).encode(),
+                              ct="text/plain")),
+        ("form", dict(path=base + "/f", body=("a=%s&n=zz1&b=%s&c=%s" % (a, b, c)).encode(),
+                      ct="application/x-www-form-urlencoded")),
+        ("multipart", dict(path=base + "/m", forms=(("a", a), ("n", "zz1"), ("b", b),
+                                                    ("c", c)))),
+        ("sse", dict(path=base + "/s", ct="text/event-stream",
+                     body=("data: %s\n\ndata: zz1\n\ndata: %s\n\ndata: %s\n\n" %
+                           (a, b, c)).encode())),
+    ]
+
+
+class joined_fields_test(unittest.TestCase):
+    """A token scattered over the values of one request is joined and refused (issue 21)."""
+
+    def test_scattered_token_is_refused_in_every_shape(self):
+        for name, req in shapes(scatter(fresh_token(), 3), "/joined-%s" % tp.marker()):
+            with self.subTest(shape=name):
+                code, answer = send(**req)
+                self.assertEqual(code, "403", answer[:300])
+                doc = json.loads(answer)
+                self.assertEqual(doc["reason"], "dlp_finding")
+                self.assertIn("github-pat-classic", doc["rules"])
+                self.assertEqual(lb.origin_got(req["path"]), [])
+
+    def test_the_same_shapes_with_clean_values_are_forwarded(self):
+        parts = ["draft-%s" % tp.marker()[:6], "v2", tp.marker()[:8]]
+        for name, req in shapes(parts, "/joined-clean-%s" % tp.marker()):
+            with self.subTest(shape=name):
+                code, answer = send(**req)
+                self.assertEqual(code, "200", answer[:300])
+                self.assertEqual(len(lb.origin_got(req["path"])), 1)
+
+    def test_the_audit_holds_no_part(self):
+        t = fresh_token()
+        parts = scatter(t, 3)
+        for name, req in shapes(parts, "/joined-audit-%s" % tp.marker()):
+            code, answer = send(**req)
+            self.assertEqual(code, "403", name)
+        data = audit_bytes()
+        for p in parts:
+            self.assertNotIn(p.encode(), data)
+
+
+def uploads_on_one_connection(paths_bodies, ct):
+    """curl POSTs each (path, body) in turn on one kept-alive connection through sluice
+    (`--next`). Returns [(status, new connections made)] per request."""
+    d = tempfile.mkdtemp(dir=U.tmp)
+    cmd = ["curl", "-q", "-sS", "--max-time", "60"]
+    for i, (path, body) in enumerate(paths_bodies):
+        src = os.path.join(d, "body%d" % i)
+        with open(src, "wb") as f:
+            f.write(body)
+        if i:
+            cmd.append("--next")
+        cmd += ["--proxy", "http://127.0.0.1:%d" % U.port, "--cacert", U.sluice_ca,
+                "-H", "Expect:", "-H", "Content-Type: " + ct, "--data-binary", "@" + src,
+                "-o", os.path.join(d, "out%d" % i), "-w", "%{http_code} %{num_connects}\n",
+                "https://localhost:%d%s" % (U.origin.port, path)]
+    r = subprocess.run(cmd, capture_output=True, timeout=90, env=tp.client_env())
+    return [tuple(line.split()) for line in r.stdout.decode().split("\n") if line]
+
+
+class joined_across_requests_test(unittest.TestCase):
+    """A token cut over two requests to one destination is joined at their seam (issue
+    21): the request that completes it is refused, on one connection or on two."""
+
+    def test_json_chunks_on_two_connections(self):
+        t = fresh_token()
+        base = "/seam-json-%s" % tp.marker()
+        first = json.dumps({"chunk": 0, "data": t[:20]}).encode()
+        second = json.dumps({"chunk": 1, "data": t[20:]}).encode()
+        code, answer = send(base + "/0", body=first, ct="application/json")
+        self.assertEqual(code, "200", answer[:300])
+        code, answer = send(base + "/1", body=second, ct="application/json")
+        self.assertEqual(code, "403", answer[:300])
+        doc = json.loads(answer)
+        self.assertEqual(doc["reason"], "dlp_finding")
+        self.assertIn("github-pat-classic", doc["rules"])
+        self.assertEqual(len(lb.origin_got(base + "/0")), 1)
+        self.assertEqual(lb.origin_got(base + "/1"), [])
+
+    def test_labelled_halves_on_one_connection(self):
+        t = fresh_token()
+        base = "/seam-text-%s" % tp.marker()
+        got = uploads_on_one_connection(
+            [(base + "/0", ("part1: " + t[:18]).encode()),
+             (base + "/1", ("part2: " + t[18:]).encode())], "text/plain")
+        # 200 then 403 on the same connection (the second made no new connection).
+        self.assertEqual(got, [("200", "1"), ("403", "0")])
+        self.assertEqual(lb.origin_got(base + "/1"), [])
+
+    def test_unrelated_requests_are_forwarded(self):
+        # MCP tool calls one after another, and the ends of two different tokens' halves
+        # that do not make a token shape: nothing is joined into a finding.
+        base = "/seam-clean-%s" % tp.marker()
+        calls = [{"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                  "params": {"name": "search", "arguments": {"query": "weather in Paris",
+                                                             "page": i}}}
+                 for i in range(4)]
+        for i, call in enumerate(calls):
+            code, answer = send("%s/%d" % (base, i), body=json.dumps(call).encode(),
+                                ct="application/json")
+            self.assertEqual(code, "200", answer[:300])
+        a, b = fresh_token(), fresh_token()
+        code, _ = send(base + "/a", body=("x: " + a[:12]).encode(), ct="text/plain")
+        self.assertEqual(code, "200")
+        code, _ = send(base + "/b", body=("y: " + b[30:]).encode(), ct="text/plain")
+        self.assertEqual(code, "200")
 
 
 class zz_audit_test(unittest.TestCase):

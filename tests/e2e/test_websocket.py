@@ -617,6 +617,11 @@ class websocket_test(unittest.TestCase):
             "fragmented": (None, ["hello", ["token part one: " + t[:half], t[half:] + " end"]]),
             "base64": ("deflate", ["hello", base64.b64encode(("auth=" + t).encode()).decode()]),
             "split": (None, ["hello", "first half " + t[:half], t[half:] + " second half"]),
+            # Issue 21: labels and JSON structure between the halves (the seam of two
+            # messages, dlp/seam.hpp), which the byte tail alone does not join.
+            "labelled": (None, ["hello", "part1: " + t[:half], "part2: " + t[half:]]),
+            "json-chunks": (None, ["hello", json.dumps({"chunk": 0, "data": t[:half]}),
+                                   json.dumps({"chunk": 1, "data": t[half:]})]),
         }
         for name, (compression, sends) in cases.items():
             path = self.path("deny-" + name)

@@ -106,6 +106,17 @@ public:
     /// on_body (a WebSocket's): the decode budget (variant_budget) counts from zero again,
     /// as for a new request. Content-Type and Content-Encoding stay as on_head saw them.
     void next_message() noexcept { variants_.reset(); }
+    /// The ends (seam.hpp) of the body on_body scanned last, decoded: what the next
+    /// message or request of the same identity and destination is joined with.
+    const message_ends& ends() const noexcept { return variants_.ends(); }
+    /// Scans the seam between `before` (the ends of the previous message or request) and
+    /// `after` (this one's: ends(), or ends_of the message) with
+    /// variant_scanner::scan_seam, findings under `location`: a secret whose first part
+    /// ended the previous message and whose rest starts this one. Decides like on_body;
+    /// forward when either side is empty. Call it after on_body, before the message is
+    /// forwarded (the seam is charged to that message's decode budget). Never throws.
+    verdict on_seam(const message_ends& before, const message_ends& after,
+                    std::string_view location);
 
 private:
     verdict decide(std::vector<finding_record> findings) const;

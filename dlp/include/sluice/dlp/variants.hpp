@@ -13,6 +13,7 @@
 
 #include "sluice/detectors/finding.hpp"
 #include "sluice/detectors/scanner.hpp"
+#include "sluice/dlp/seam.hpp"
 
 #include <cstddef>
 #include <expected>
@@ -22,6 +23,11 @@
 #include <vector>
 
 namespace sluice::dlp {
+
+namespace joined {
+class view;
+struct mark;
+} // namespace joined
 
 /// Exact operator-configured secrets (CONTRACT.md `protected_values`), compiled into one
 /// Hyperscan literal database. Findings have rule id "protected-value", category
@@ -76,6 +82,9 @@ struct variant_options {
     /// Content-Type are governed by `decoders` alone.
     unsigned enabled = dec_all;
     variant_budget budget;
+    /// Joined views of the values of a URL or body (src/joined.hpp). Always on in the proxy
+    /// and `sluice scan`; off only to measure their cost (bench/variants_bench.cpp).
+    bool joined = true;
     std::shared_ptr<const protected_values> protect; ///< may be null
 };
 
@@ -91,6 +100,8 @@ struct variant_finding {
     std::string location; ///< as given to the scan call ("url", "header:x", "body")
     /// "raw", or the steps joined by '>': location-level steps first (content codings
     /// "gzip", extractions "json", "form", "multipart", "sse", "path", "query", "host";
+    /// joined views "<extraction>:<ordinals>" ("query:1+3+4"; unnamed "joined:<extraction>"
+    /// when the match lies in one value);
     /// compressed bodies without a Content-Encoding "gzip", "deflate", "zstd", "bzip2",
     /// "raw-deflate"), then decoders "base64", "hex", "pct", "escape", "html", "qp",
     /// "unicode", "gzip", and the text transforms of decode.hpp: "base32", "base32hex",
@@ -121,7 +132,8 @@ public:
 
     /// A request target (origin-form or absolute) and the destination host: the raw
     /// target, then its path segments, query names and values (percent-decoded) and the
-    /// host labels joined without dots. Location "url".
+    /// host labels joined without dots, and the joined views (joined.hpp) of the path
+    /// segments and of the query values. Location "url".
     variant_status scan_url(std::string_view target, std::string_view host,
                             std::vector<variant_finding>& out);
 
@@ -134,10 +146,26 @@ public:
     /// bytes after the end of a stream) is scanned as variant "<coding>>leftover", and
     /// decoded again when it holds a further stream ("gzip>leftover>gzip"). gzip and zstd
     /// streams that start after other bytes of the (decoded) body are opened too (variant
-    /// "embedded>gzip"; at most 16 per body).
+    /// "embedded>gzip"; at most 16 per body). The values of a JSON body (by Content-Type, or
+    /// any body starting with '{' or '['), a form, the parts of a multipart body and the
+    /// events of an event stream are scanned joined (src/joined.hpp): a finding that spans
+    /// several values has variant "<extraction>:<ordinals>" ("json:2+5", 1-based, in
+    /// document order), and its offset and length are into the joined lines, not the body.
     variant_status scan_body(std::string_view body, std::string_view content_type,
                              std::string_view content_encoding, std::vector<variant_finding>& out);
 
+    /// The seam between two messages or requests (seam.hpp): `before.last` then
+    /// `after.first`, joined (src/joined.hpp) and scanned with every decoder, under
+    /// `location`. Only findings that take bytes from both sides are reported (the rest
+    /// were each message's own), with variant "seam:<ordinals>" (1-based over before.last
+    /// then after.first: "seam:4+5"); offsets are into the joined lines. Charged to this
+    /// message's budget. Nothing to do when either side is empty or `joined` is off.
+    variant_status scan_seam(const message_ends& before, const message_ends& after,
+                             std::string_view location, std::vector<variant_finding>& out);
+    /// The ends (seam.hpp) of the last body scan_body saw, after its Content-Encoding was
+    /// undone: from its joined view (JSON, form, SSE values) or else its words. Empty
+    /// before the first scan_body, after reset(), and when decoders are off.
+    const message_ends& ends() const noexcept { return ends_; }
     /// Starts a new message: budget counters back to zero.
     void reset() noexcept;
 
@@ -169,6 +197,13 @@ private:
                                   const std::string& prefix, std::size_t nest, ctx& c);
     variant_status scan_embedded(std::string_view data, const std::string& prefix, ctx& c,
                                  bool leftover);
+    variant_status scan_joined(const joined::view& v, ctx& c);
+    variant_status scan_lines(std::string_view lines, std::size_t window_at, std::string& chain,
+                              ctx& c);
+    bool one_value_explains(std::string_view lines, const std::vector<joined::mark>& marks,
+                            std::size_t off, std::size_t len);
+    variant_status scan_body_joined(std::string_view data, std::string_view ct, ctx& c,
+                                    const joined::view* json);
     bool charge(std::size_t decoded_bytes) noexcept;
     std::size_t decode_room() const noexcept;
 
@@ -176,6 +211,7 @@ private:
     variant_options opts_;
     stats stats_;
     std::vector<detectors::finding> scratch_;
+    message_ends ends_;
     void* hs_scratch_ = nullptr; ///< Hyperscan scratch for opts_.protect
 };
 
