@@ -122,7 +122,10 @@ message_ends ends_from(const view& v);
 /// The ends of a text that is not structured: its first and last bare words (seam.hpp).
 message_ends ends_of_words(std::string_view text);
 /// The data of each event of a text/event-stream body (WHATWG HTML, "Server-sent events":
-/// the `data:` lines of one event joined by '\n'), one value per event.
+/// events end at a blank line), its `data:` lines concatenated without the '\n' the
+/// standard puts between them, so a token cut over two data lines is whole.
+std::vector<std::string> sse_events(std::string_view body);
+/// sse_events, one value per event.
 void add_sse(view& v, std::string_view body);
 
 } // namespace sluice::dlp::joined

@@ -190,7 +190,8 @@ bool add_json(view& v, std::string_view text, std::string* strings) {
     return p.handler().added > 0;
 }
 
-void add_sse(view& v, std::string_view data) {
+std::vector<std::string> sse_events(std::string_view data) {
+    std::vector<std::string> events;
     std::string event;
     bool any = false;
     std::size_t p = 0;
@@ -203,22 +204,26 @@ void add_sse(view& v, std::string_view data) {
             line.remove_suffix(1);
         if (line.empty()) {
             if (any)
-                v.add(event);
+                events.push_back(std::move(event));
             event.clear();
             any = false;
         } else if (line.starts_with("data:")) {
             line.remove_prefix(5);
             if (!line.empty() && line.front() == ' ')
                 line.remove_prefix(1);
-            if (any)
-                event += '\n';
             event += line;
             any = true;
         }
         p = q + 1;
     }
     if (any)
-        v.add(event);
+        events.push_back(std::move(event));
+    return events;
+}
+
+void add_sse(view& v, std::string_view data) {
+    for (const auto& e : sse_events(data))
+        v.add(e);
 }
 
 } // namespace sluice::dlp::joined

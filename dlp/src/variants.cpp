@@ -2354,25 +2354,11 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
         }
     } else if (ct == "text/event-stream") {
         // Each event's data lines concatenated: a token split over two data: lines.
-        std::size_t p = 0;
-        bool any = false;
-        while (p < data.size()) {
-            std::size_t q = data.find('\n', p);
-            if (q == std::string_view::npos)
-                q = data.size();
-            std::string_view line = data.substr(p, q - p);
-            if (!line.empty() && line.back() == '\r')
-                line.remove_suffix(1);
-            if (line.empty()) {
-                buf += '\n'; // end of event
-            } else if (line.starts_with("data:")) {
-                line.remove_prefix(5);
-                if (!line.empty() && line.front() == ' ')
-                    line.remove_prefix(1);
-                buf += line;
-                any = true;
-            }
-            p = q + 1;
+        const auto events = joined::sse_events(data);
+        const bool any = !events.empty();
+        for (const auto& e : events) {
+            buf += e;
+            buf += '\n';
         }
         if (any) {
             if (!charge(buf.size()))
