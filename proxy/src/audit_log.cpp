@@ -521,10 +521,15 @@ std::string audit_log::redact_query(std::string_view url, bool all) {
         if (!first)
             out.push_back('&');
         first = false;
+        // A word without '=' is a value too (`?<token>`, or a token cut over `?A&B`, which
+        // the joined view of the query reads as values): it goes like the others.
         auto eq = pair.find('=');
-        out.append(pair.substr(0, eq == std::string_view::npos ? pair.size() : eq));
-        if (eq != std::string_view::npos)
+        if (eq != std::string_view::npos) {
+            out.append(pair.substr(0, eq));
             out.append("=[redacted]");
+        } else if (!pair.empty()) {
+            out.append("[redacted]");
+        }
         if (amp == std::string_view::npos)
             break;
         query.remove_prefix(amp + 1);

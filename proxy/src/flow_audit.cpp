@@ -132,13 +132,17 @@ std::string audit_url(std::string_view prefix, std::string_view target,
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
     bool url_finding = false;
     for (const auto& f : fs) {
-        if (f.location != "url")
+        // A secret joined at the seam with the previous request (dlp/seam.hpp) is found in
+        // the body, but its parts may be anywhere in the request: nothing of the path or
+        // the query is kept.
+        const bool seam = f.variant.starts_with("seam");
+        if (f.location != "url" && !seam)
             continue;
         url_finding = true;
         // Offsets of extractions (path segments, query values, host labels, joined views)
         // are into the extracted buffer, not the target. The whole path goes for those of
         // the path ("/[redacted]"), never a piece; query values all go below.
-        if (f.variant.starts_with("path") || f.variant.starts_with("joined:path")) {
+        if (seam || f.variant.starts_with("path") || f.variant.starts_with("joined:path")) {
             const std::size_t q = std::min(t.find('?'), t.size());
             const std::size_t from = t.starts_with("/") ? 1 : 0;
             if (q > from)

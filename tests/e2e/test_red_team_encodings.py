@@ -411,6 +411,7 @@ def shapes(parts, base):
                                                      "middle": b, "last": c}}}
     return [
         ("query", dict(path="%s/q?a=%s&junk=zz1&b=%s&c=%s" % (base, a, b, c))),
+        ("bare query words", dict(path="%s/b?%s&zz1&%s&%s" % (base, a, b, c))),
         ("path", dict(path="%s/p/%s/%s/%s/x" % (base, a, b, c))),
         ("json", dict(path=base + "/j", body=json.dumps(call).encode(),
                       ct="application/json")),
@@ -495,6 +496,20 @@ class joined_across_requests_test(unittest.TestCase):
         self.assertIn("github-pat-classic", doc["rules"])
         self.assertEqual(len(lb.origin_got(base + "/0")), 1)
         self.assertEqual(lb.origin_got(base + "/1"), [])
+
+    def test_a_refusal_at_the_seam_keeps_no_part_in_the_audit(self):
+        # The second half is in the refused request's query and path as well as its body:
+        # the audit keeps neither (the finding is the body's, the parts are anywhere).
+        t = fresh_token()
+        base = "/seam-audit-%s" % tp.marker()
+        code, _ = send(base + "/0", body=json.dumps({"chunk": 0, "data": t[:20]}).encode(),
+                       ct="application/json")
+        self.assertEqual(code, "200")
+        code, answer = send("%s/%s?d=%s" % (base, t[20:], t[20:]),
+                            body=json.dumps({"chunk": 1, "data": t[20:]}).encode(),
+                            ct="application/json")
+        self.assertEqual(code, "403", answer[:300])
+        self.assertNotIn(t[20:].encode(), audit_bytes())
 
     def test_labelled_halves_on_one_connection(self):
         t = fresh_token()

@@ -179,8 +179,9 @@ public:
     /// Failed writes and detected removals since open (sluice_audit_errors_total).
     std::uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
 
-    /// Replaces query values whose parameter names in `flagged` (or all when `all`) with
-    /// "[redacted]". The scheme/host/path are kept.
+    /// With `all`, replaces every query value with "[redacted]", names kept (`a=[redacted]`)
+    /// and a word without '=' replaced whole; the fragment is dropped. Without `all`, the
+    /// URL as given. The scheme/host/path are kept.
     static std::string redact_query(std::string_view url, bool all);
 
 private:
