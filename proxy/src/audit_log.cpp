@@ -177,13 +177,21 @@ void audit_log::sync_loop() {
     std::unique_lock lock(mutex_);
     while (!stopping_) {
         sync_cv_.wait_for(lock, options_.fsync_interval);
-        if (dirty_ && fd_ >= 0) {
-            // A failed sync means records may be lost: same treatment as a failed write.
-            if (::fdatasync(fd_) != 0) {
-                healthy_ = false;
-                errors_.fetch_add(1, std::memory_order_relaxed);
-            }
-            dirty_ = false;
+        if (!dirty_ || fd_ < 0)
+            continue;
+        // Synced through a duplicate, without mutex_: in interval mode flows write their
+        // records on their own threads and must not wait for the disk behind this lock.
+        // A rotation meanwhile syncs the old file itself before renaming it.
+        const int fd = ::dup(fd_);
+        dirty_ = false;
+        lock.unlock();
+        const bool ok = fd >= 0 && ::fdatasync(fd) == 0;
+        if (fd >= 0)
+            ::close(fd);
+        lock.lock();
+        if (!ok) { // records may be lost: same treatment as a failed write
+            healthy_ = false;
+            errors_.fetch_add(1, std::memory_order_relaxed);
         }
     }
 }
@@ -349,9 +357,18 @@ bool audit_log::commit_locked(const std::vector<const audit_record*>& records,
         left_.store(measure_left_locked());
         return false;
     };
+    // With fsync_always every batch looks at the file and the space left: the batch waits
+    // for the disk anyway. In interval mode a batch is usually one record written on the
+    // flow's own thread, and three system calls a record cost more than the write: they
+    // are made at most `look_every` apart, and at every batch once little is left; in
+    // between, the bytes written are taken off the last figure (only another process's
+    // writes go unseen, for at most `look_every`).
+    const auto now = std::chrono::steady_clock::now();
+    const bool look = options_.fsync_always || now - looked_ >= look_every ||
+                      left_.load() < options_.headroom + low_water;
     // Removed or replaced behind our back (rm, logrotate without copytruncate): records
     // written to the orphaned inode would be invisible, so start a new file at the path.
-    if (regular_) {
+    if (regular_ && look) {
         struct stat st {};
         if (::stat(path_.c_str(), &st) != 0 || st.st_dev != dev_ || st.st_ino != ino_) {
             errors_.fetch_add(1, std::memory_order_relaxed);
@@ -379,12 +396,14 @@ bool audit_log::commit_locked(const std::vector<const audit_record*>& records,
     std::vector<std::uint64_t> release;
     std::uint64_t reserved = reserved_.load();
     std::uint64_t left = left_.load();
+    std::uint64_t written = 0;
     auto flush = [&] {
         if (batch.empty())
             return true;
         if (!write_locked(batch, sync))
             return false;
         size_ += batch.size();
+        written += batch.size();
         seq_ = seq;
         prev_hash_ = prev;
         for (auto [s, n] : reserve)
@@ -436,7 +455,12 @@ bool audit_log::commit_locked(const std::vector<const audit_record*>& records,
     if (!flush())
         return fail();
     healthy_ = true;
-    left_.store(measure_left_locked()); // after every batch: the next one checks against it
+    if (look) { // the next batch checks its starts against this figure
+        left_.store(measure_left_locked());
+        looked_ = now;
+    } else if (left != UINT64_MAX) {
+        left_.store(left > written ? left - written : 0);
+    }
     if (refused && room_.exchange(false)) {
         errors_.fetch_add(1, std::memory_order_relaxed);
         spdlog::error("audit log {}: less than {} bytes would be left after the next record; "
@@ -459,19 +483,24 @@ void audit_log::async_append(audit_record r, std::move_only_function<void(bool)>
 
 void audit_log::async_append_seq(audit_record r,
                                  std::move_only_function<void(std::uint64_t)> done) {
-    bool queued = false;
-    {
-        std::lock_guard lock(queue_mutex_);
-        if (!writer_stop_) {
-            queue_.push_back({std::move(r), std::move(done)});
-            queued = true;
+    // Only fsync_always has a sync to share: in interval mode the hand-over to the writer
+    // thread and the wake-up back cost more than the write(2) itself, so the record is
+    // written here, in the same order and chain.
+    if (options_.fsync_always) {
+        bool queued = false;
+        {
+            std::lock_guard lock(queue_mutex_);
+            if (!writer_stop_) {
+                queue_.push_back({std::move(r), std::move(done)});
+                queued = true;
+            }
+        }
+        if (queued) {
+            queue_cv_.notify_one();
+            return;
         }
     }
-    if (queued) {
-        queue_cv_.notify_one();
-        return;
-    }
-    // Closed: no writer thread to take it.
+    // Interval mode, or closed (no writer thread to take it).
     std::vector<std::uint64_t> seqs;
     {
         std::lock_guard lock(mutex_);

@@ -14,6 +14,7 @@
 #include <string>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -169,55 +170,90 @@ int in_child(const std::function<int()>& body) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
 }
 
+// Starts exchanges under a file-size limit of `limit` bytes until the log refuses one, then
+// completes every started one and writes a denial; the failed check's number, 0 when all
+// held. With fsync_always the limit comes after open (every batch reads it); in interval
+// mode before, as the figure is read at most 10 ms apart and the bytes written are taken
+// off it in between, which is the path this exercises (`limit` above headroom + 1 MiB).
+int fill_until_refused(const fs::path& path, bool fsync_always, rlim_t limit) {
+    std::signal(SIGXFSZ, SIG_IGN); // a write past the limit fails with EFBIG instead
+    struct rlimit rl {
+        limit, limit
+    };
+    if (!fsync_always && ::setrlimit(RLIMIT_FSIZE, &rl) != 0)
+        return 2;
+    audit_options o;
+    o.fsync_always = fsync_always;
+    o.headroom = 2048;
+    o.max_size = 0;
+    auto log = audit_log::open(path, o);
+    if (!log)
+        return 1;
+    if (fsync_always && ::setrlimit(RLIMIT_FSIZE, &rl) != 0)
+        return 2;
+    // Start exchanges until the writer refuses one: none of the refused is written.
+    std::vector<std::uint64_t> started;
+    for (int i = 0; i < 100000; ++i) {
+        auto seq = append_seq(**log, start_of(exchange(i)));
+        if (seq == 0)
+            break;
+        started.push_back(seq);
+    }
+    if (started.empty() || started.size() == 100000)
+        return 3;
+    if ((*log)->healthy())
+        return 4; // refusing: new exchanges see it before they read a body
+    if ((*log)->errors() != 1)
+        return 5; // the refusal, counted once; no failed write
+    // Every started exchange completes: the space was reserved for it.
+    for (std::size_t i = 0; i < started.size(); ++i)
+        if (append_seq(**log, end_of(exchange(static_cast<int>(i)), started[i])) == 0)
+            return 6;
+    if ((*log)->bytes_reserved() != 0)
+        return 7;
+    // A denial still fits in the headroom.
+    auto deny = exchange(999999);
+    deny.decision = "deny";
+    deny.reason = "audit_unavailable";
+    if (!(*log)->append(deny))
+        return 8;
+    (*log)->close();
+    auto v = verify_audit_chain({path});
+    if (!v.ok || v.cut != 0 || v.records != 2 * started.size() + 1)
+        return 9;
+    return 0;
+}
+
 TEST(audit_start_end_test, starts_are_refused_while_completions_still_fit) {
     temp_dir d;
-    const auto path = d.path / "audit.jsonl";
-    int rc = in_child([&]() -> int {
-        std::signal(SIGXFSZ, SIG_IGN); // a write past the limit fails with EFBIG instead
-        audit_options o;
-        o.headroom = 2048;
-        o.max_size = 0;
-        auto log = audit_log::open(path, o);
-        if (!log)
-            return 1;
-        struct rlimit rl {
-            32 * 1024, 32 * 1024
-        };
-        if (::setrlimit(RLIMIT_FSIZE, &rl) != 0)
-            return 2;
-        // Start exchanges until the writer refuses one: none of the refused is written.
-        std::vector<std::uint64_t> started;
-        for (int i = 0; i < 1000; ++i) {
-            auto seq = append_seq(**log, start_of(exchange(i)));
-            if (seq == 0)
-                break;
-            started.push_back(seq);
-        }
-        if (started.empty() || started.size() == 1000)
-            return 3;
-        if ((*log)->healthy())
-            return 4; // refusing: new exchanges see it before they read a body
-        if ((*log)->errors() != 1)
-            return 5; // the refusal, counted once; no failed write
-        // Every started exchange completes: the space was reserved for it.
-        for (std::size_t i = 0; i < started.size(); ++i)
-            if (append_seq(**log, end_of(exchange(static_cast<int>(i)), started[i])) == 0)
-                return 6;
-        if ((*log)->bytes_reserved() != 0)
-            return 7;
-        // A denial still fits in the headroom.
-        auto deny = exchange(9999);
-        deny.decision = "deny";
-        deny.reason = "audit_unavailable";
-        if (!(*log)->append(deny))
-            return 8;
-        (*log)->close();
-        auto v = verify_audit_chain({path});
-        if (!v.ok || v.cut != 0 || v.records != 2 * started.size() + 1)
-            return 9;
-        return 0;
-    });
+    int rc = in_child([&] { return fill_until_refused(d.path / "audit.jsonl", true, 32 * 1024); });
     EXPECT_EQ(rc, 0) << "check " << rc << " failed";
+}
+
+TEST(audit_start_end_test, interval_mode_counts_its_own_bytes_between_looks) {
+    temp_dir d;
+    int rc = in_child([&] { return fill_until_refused(d.path / "audit.jsonl", false, 3 << 20); });
+    EXPECT_EQ(rc, 0) << "check " << rc << " failed";
+}
+
+// Without fsync_always there is no sync to share: the record is written on the calling
+// thread and `done` is called there, before async_append_seq returns (no hand-over to the
+// writer thread and no wake-up back).
+TEST(audit_start_end_test, interval_mode_writes_on_the_calling_thread) {
+    temp_dir d;
+    audit_options o;
+    o.fsync_always = false;
+    auto log = audit_log::open(d.path / "audit.jsonl", o);
+    ASSERT_TRUE(log.has_value());
+    std::uint64_t seq = 0;
+    std::thread::id on;
+    (*log)->async_append_seq(start_of(exchange(1)), [&](std::uint64_t s) {
+        seq = s;
+        on = std::this_thread::get_id();
+    });
+    EXPECT_EQ(seq, 1u);
+    EXPECT_EQ(on, std::this_thread::get_id());
+    EXPECT_EQ(records_of(d.path / "audit.jsonl").size(), 1u); // written, not queued
 }
 
 } // namespace

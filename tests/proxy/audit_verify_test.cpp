@@ -243,10 +243,12 @@ TEST(audit_verify_test, missing_file_is_unreadable) {
 } // namespace
 
 // Group commit: records from many threads through async_append and append, with rotation,
-// form one intact chain; every completion is called once, with true.
-TEST(audit_verify_test, async_appends_from_many_threads_form_one_chain) {
+// form one intact chain; every completion is called once, with true. In interval mode the
+// records are written on the calling threads, in one order all the same.
+static void many_threads_form_one_chain(bool fsync_always) {
     temp_dir d;
     audit_options o;
+    o.fsync_always = fsync_always;
     o.max_size = 8000; // rotations inside batches
     constexpr int threads = 4, per_thread = 150;
     std::atomic<int> done{0}, failed{0};
@@ -284,6 +286,14 @@ TEST(audit_verify_test, async_appends_from_many_threads_form_one_chain) {
     auto r = verify_audit_chain(all);
     EXPECT_TRUE(r.ok) << r.file << ":" << r.line << " " << r.what << " " << r.detail;
     EXPECT_EQ(r.records, static_cast<std::uint64_t>(threads * per_thread));
+}
+
+TEST(audit_verify_test, async_appends_from_many_threads_form_one_chain) {
+    many_threads_form_one_chain(true);
+}
+
+TEST(audit_verify_test, interval_mode_appends_from_many_threads_form_one_chain) {
+    many_threads_form_one_chain(false);
 }
 
 TEST(audit_verify_test, async_append_failure_is_reported_to_every_waiter) {

@@ -16,8 +16,10 @@
 // record waiting in one write(2) and, with fsync_always, makes them durable with one
 // fdatasync(2) before it reports each one done; records that arrive during a sync form
 // the next batch. A flow waiting for its record thus does not hold its io thread, and the
-// sync cost is shared by every flow waiting at that moment. append() and async_append()
-// share one order and one chain.
+// sync cost is shared by every flow waiting at that moment. Without fsync_always there is
+// no sync to share: async_append() writes the record on the calling thread (one write(2)
+// under the lock; the sync thread's fdatasync does not hold it) and calls `done` there.
+// append() and async_append() share one order and one chain.
 //
 // Decide, record, then forward: an exchange that goes upstream is recorded twice. Its
 // decision record (`"event":"start"`: identity, url, method, decision, findings, bytes 0)
@@ -33,6 +35,10 @@
 // space on the file system and RLIMIT_FSIZE, refreshed after every batch) and the bytes
 // reserved for the completions of open starts; a start record that would leave less than
 // `headroom` after its own completion is refused (not written), and its exchange with it.
+// With fsync_always the figure is read after every batch. In interval mode it is read at
+// most 10 ms apart, and after every batch once less than headroom + 1 MiB is left; in
+// between the bytes this log writes are taken off it, so only another process's writes
+// can go unseen, for at most 10 ms. The removed-or-replaced check follows the same rule.
 //
 // Thread safety: every member function may be called from any thread (internal mutex).
 #pragma once
@@ -144,7 +150,9 @@ public:
 
     /// Like append(), without waiting: `done(ok)` is called on the writer thread once the
     /// record and the batch it joined are written (and, with fsync_always, synced); ok has
-    /// append()'s meaning. `done` must not block (post to the caller's executor).
+    /// append()'s meaning. Without fsync_always the record is written at once and `done`
+    /// is called on the calling thread before this returns. `done` must not block (post to
+    /// the caller's executor).
     void async_append(audit_record r, std::move_only_function<void(bool)> done);
 
     /// async_append() that reports the record's seq: `done(seq)` with seq 0 when the record
@@ -217,6 +225,11 @@ private:
     std::atomic<std::uint64_t> reserved_{0};              ///< for open completions
     std::atomic<std::uint64_t> last_start_need_{0};       ///< bytes the last start asked for
     std::unordered_map<std::uint64_t, std::uint64_t> open_starts_; ///< seq -> reserved bytes
+    /// Interval mode: the file and the space left are looked at at most this far apart,
+    /// and at every batch once fewer than headroom + low_water bytes are left.
+    static constexpr std::chrono::milliseconds look_every{10};
+    static constexpr std::uint64_t low_water = 1ull << 20;
+    std::chrono::steady_clock::time_point looked_{};               ///< under mutex_
     mutable std::mutex room_mutex_;                                ///< one re-read at a time
     mutable std::chrono::steady_clock::time_point room_checked_{}; ///< under room_mutex_
     bool dirty_ = false;                                           ///< written but not yet synced
