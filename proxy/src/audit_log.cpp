@@ -358,11 +358,11 @@ bool audit_log::commit_locked(const std::vector<const audit_record*>& records,
         return false;
     };
     // With fsync_always every batch looks at the file and the space left: the batch waits
-    // for the disk anyway. In interval mode a batch is usually one record written on the
-    // flow's own thread, and three system calls a record cost more than the write: they
-    // are made at most `look_every` apart, and at every batch once little is left; in
-    // between, the bytes written are taken off the last figure (only another process's
-    // writes go unseen, for at most `look_every`).
+    // for the disk anyway. In interval mode a batch is often one or two records, and three
+    // system calls a batch cost more than its write: they are made at most `look_every`
+    // apart, and at every batch once little is left; in between, the bytes written are
+    // taken off the last figure (only another process's writes go unseen, for at most
+    // `look_every`).
     const auto now = std::chrono::steady_clock::now();
     const bool look = options_.fsync_always || now - looked_ >= look_every ||
                       left_.load() < options_.headroom + low_water;
@@ -483,24 +483,19 @@ void audit_log::async_append(audit_record r, std::move_only_function<void(bool)>
 
 void audit_log::async_append_seq(audit_record r,
                                  std::move_only_function<void(std::uint64_t)> done) {
-    // Only fsync_always has a sync to share: in interval mode the hand-over to the writer
-    // thread and the wake-up back cost more than the write(2) itself, so the record is
-    // written here, in the same order and chain.
-    if (options_.fsync_always) {
-        bool queued = false;
-        {
-            std::lock_guard lock(queue_mutex_);
-            if (!writer_stop_) {
-                queue_.push_back({std::move(r), std::move(done)});
-                queued = true;
-            }
-        }
-        if (queued) {
-            queue_cv_.notify_one();
-            return;
+    bool queued = false;
+    {
+        std::lock_guard lock(queue_mutex_);
+        if (!writer_stop_) {
+            queue_.push_back({std::move(r), std::move(done)});
+            queued = true;
         }
     }
-    // Interval mode, or closed (no writer thread to take it).
+    if (queued) {
+        queue_cv_.notify_one();
+        return;
+    }
+    // Closed: no writer thread to take it.
     std::vector<std::uint64_t> seqs;
     {
         std::lock_guard lock(mutex_);

@@ -236,24 +236,4 @@ TEST(audit_start_end_test, interval_mode_counts_its_own_bytes_between_looks) {
     EXPECT_EQ(rc, 0) << "check " << rc << " failed";
 }
 
-// Without fsync_always there is no sync to share: the record is written on the calling
-// thread and `done` is called there, before async_append_seq returns (no hand-over to the
-// writer thread and no wake-up back).
-TEST(audit_start_end_test, interval_mode_writes_on_the_calling_thread) {
-    temp_dir d;
-    audit_options o;
-    o.fsync_always = false;
-    auto log = audit_log::open(d.path / "audit.jsonl", o);
-    ASSERT_TRUE(log.has_value());
-    std::uint64_t seq = 0;
-    std::thread::id on;
-    (*log)->async_append_seq(start_of(exchange(1)), [&](std::uint64_t s) {
-        seq = s;
-        on = std::this_thread::get_id();
-    });
-    EXPECT_EQ(seq, 1u);
-    EXPECT_EQ(on, std::this_thread::get_id());
-    EXPECT_EQ(records_of(d.path / "audit.jsonl").size(), 1u); // written, not queued
-}
-
 } // namespace

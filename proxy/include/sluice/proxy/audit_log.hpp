@@ -16,9 +16,8 @@
 // record waiting in one write(2) and, with fsync_always, makes them durable with one
 // fdatasync(2) before it reports each one done; records that arrive during a sync form
 // the next batch. A flow waiting for its record thus does not hold its io thread, and the
-// sync cost is shared by every flow waiting at that moment. Without fsync_always there is
-// no sync to share: async_append() writes the record on the calling thread (one write(2)
-// under the lock; the sync thread's fdatasync does not hold it) and calls `done` there.
+// sync cost is shared by every flow waiting at that moment. Without fsync_always the sync
+// thread's fdatasync does not hold the lock, so batches go on being written meanwhile.
 // append() and async_append() share one order and one chain.
 //
 // Decide, record, then forward: an exchange that goes upstream is recorded twice. Its
@@ -150,9 +149,7 @@ public:
 
     /// Like append(), without waiting: `done(ok)` is called on the writer thread once the
     /// record and the batch it joined are written (and, with fsync_always, synced); ok has
-    /// append()'s meaning. Without fsync_always the record is written at once and `done`
-    /// is called on the calling thread before this returns. `done` must not block (post to
-    /// the caller's executor).
+    /// append()'s meaning. `done` must not block (post to the caller's executor).
     void async_append(audit_record r, std::move_only_function<void(bool)> done);
 
     /// async_append() that reports the record's seq: `done(seq)` with seq 0 when the record
