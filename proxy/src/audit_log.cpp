@@ -179,9 +179,10 @@ void audit_log::sync_loop() {
         sync_cv_.wait_for(lock, options_.fsync_interval);
         if (!dirty_ || fd_ < 0)
             continue;
-        // Synced through a duplicate, without mutex_: in interval mode flows write their
-        // records on their own threads and must not wait for the disk behind this lock.
-        // A rotation meanwhile syncs the old file itself before renaming it.
+        // Synced through a duplicate, without mutex_: in interval mode the writer goes on
+        // writing batches (and flows waiting for their start records) meanwhile instead of
+        // waiting for the disk behind this lock. A rotation meanwhile syncs the old file
+        // itself before renaming it.
         const int fd = ::dup(fd_);
         dirty_ = false;
         lock.unlock();
