@@ -243,8 +243,8 @@ TEST(audit_verify_test, missing_file_is_unreadable) {
 } // namespace
 
 // Group commit: records from many threads through async_append and append, with rotation,
-// form one intact chain; every completion is called once, with true. In interval mode the
-// records are written on the calling threads, in one order all the same.
+// form one intact chain; every completion is called once, with true. In interval mode too,
+// where the file and free space are looked at only every 10 ms.
 static void many_threads_form_one_chain(bool fsync_always) {
     temp_dir d;
     audit_options o;
