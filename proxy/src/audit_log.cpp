@@ -22,19 +22,6 @@ namespace sluice::proxy {
 
 namespace {
 
-// RFC 3339 UTC with milliseconds, e.g. 2026-11-30T02:38:43.123Z.
-std::string rfc3339_now() {
-    auto now = std::chrono::system_clock::now();
-    auto secs = std::chrono::system_clock::to_time_t(now);
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
-    std::tm tm{};
-    gmtime_r(&secs, &tm);
-    char buf[40];
-    std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms.count()));
-    return buf;
-}
-
 // Reads the last non-empty line of `path` (the chain continues from it).
 std::string last_line(const std::filesystem::path& path) {
     std::error_code ec;
@@ -256,69 +243,6 @@ bool audit_log::healthy() const {
         room_.store(true);
     }
     return room;
-}
-
-std::string audit_log::line_for(const audit_record& r, std::uint64_t seq, const std::string& prev,
-                                std::string& hash) {
-    boost::json::array findings;
-    for (const auto& f : r.findings) {
-        findings.push_back(boost::json::object{{"rule", f.rule},
-                                               {"location", f.location},
-                                               {"variant", f.variant},
-                                               {"offset", f.offset},
-                                               {"fingerprint", f.fingerprint}});
-    }
-    boost::json::object o;
-    o["ts"] = rfc3339_now();
-    o["seq"] = seq;
-    if (!r.event.empty())
-        o["event"] = r.event;
-    if (r.completes != 0)
-        o["completes"] = r.completes;
-    o["flow"] = r.flow;
-    if (r.identity.empty())
-        o["identity"] = nullptr;
-    else
-        o["identity"] = r.identity;
-    o["source"] = r.source;
-    o["method"] = r.method;
-    o["url"] = r.url;
-    o["decision"] = r.decision;
-    o["reason"] = r.reason;
-    o["inspected"] = r.inspected;
-    o["findings"] = std::move(findings);
-    if (!r.credentials.empty()) {
-        boost::json::array names;
-        for (const auto& c : r.credentials)
-            names.emplace_back(c);
-        o["credentials"] = std::move(names);
-    }
-    if (r.masked_bytes > 0)
-        o["masked_bytes"] = r.masked_bytes;
-    if (r.websocket) {
-        o["ws_messages_up"] = r.ws_messages_up;
-        o["ws_messages_down"] = r.ws_messages_down;
-    }
-    o["bytes_up"] = r.bytes_up;
-    o["bytes_down"] = r.bytes_down;
-    o["duration_ms"] = r.duration_ms;
-    if (r.approval) {
-        boost::json::object a;
-        a["id"] = r.approval->id;
-        a["by"] = r.approval->by;
-        a["at"] = r.approval->at;
-        if (!r.approval->reason.empty())
-            a["reason"] = r.approval->reason;
-        o["approval"] = std::move(a);
-    }
-    o["prev"] = prev;
-    // The hash covers the serialised record without its own "hash" member (which is
-    // always last), so a verifier hashes the line up to that member plus '}'.
-    std::string body = boost::json::serialize(o);
-    hash = detail::sha256_hex(body);
-    body.pop_back(); // '}'
-    body += ",\"hash\":\"" + hash + "\"}\n";
-    return body;
 }
 
 bool audit_log::write_locked(const std::string& data, bool sync) {

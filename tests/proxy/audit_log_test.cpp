@@ -159,3 +159,56 @@ TEST(audit_log_test, redact_query_replaces_every_value_and_keeps_names) {
 }
 
 } // namespace
+
+// Records are written without a DOM (audit_line.cpp): each line must be exactly what
+// Boost.JSON writes for the object it parses to, every optional member and every escape
+// included, so readers and the chain see canonical JSON.
+TEST(audit_log_test, lines_are_canonical_json_with_every_member_and_escape) {
+    auto dir = temp_dir();
+    auto log = audit_log::open(dir / "audit.jsonl", true);
+    ASSERT_TRUE(log.has_value());
+    audit_record r = sample("supervise_approved");
+    r.identity = "team \"a\" \\ b";
+    r.method = std::string("PO\x01ST\x1f", 6);
+    r.url = "https://h.example/p?q=\t\r\n\x7f\xc3\xa9\xe2\x82\xac";
+    r.reason = std::string("nul\0byte", 8);
+    r.findings.push_back({"r2", "header:x-\"q\"", "base64>gzip", 1u << 31, "sha256:ff"});
+    r.credentials = {"github", "a\\b"};
+    r.masked_bytes = 12;
+    r.websocket = true;
+    r.ws_messages_up = 3;
+    r.ws_messages_down = 18446744073709551615ull;
+    r.bytes_up = 1;
+    r.bytes_down = 2;
+    r.duration_ms = 3;
+    r.approval = sluice::proxy::audit_approval{"ap-1", "ops \"x\"", "2026-12-03T00:00:00.000Z",
+                                               "ok\n"};
+    r.event = "end";
+    r.completes = 7;
+    ASSERT_TRUE((*log)->append(r));
+    audit_record bare; // identity null, no findings, no optional member
+    bare.inspected = false;
+    ASSERT_TRUE((*log)->append(bare));
+    std::ifstream in(dir / "audit.jsonl");
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+        auto v = boost::json::parse(line);
+        EXPECT_EQ(boost::json::serialize(v), line);
+    }
+    EXPECT_EQ(lines, 2);
+    auto recs = read_records(dir / "audit.jsonl");
+    ASSERT_EQ(recs.size(), 2u);
+    EXPECT_EQ(recs[0].at("identity").as_string(), r.identity);
+    EXPECT_EQ(recs[0].at("method").as_string(), r.method);
+    EXPECT_EQ(recs[0].at("url").as_string(), r.url);
+    EXPECT_EQ(recs[0].at("reason").as_string(), r.reason);
+    EXPECT_EQ(recs[0].at("ws_messages_down").as_uint64(), r.ws_messages_down);
+    EXPECT_EQ(recs[0].at("approval").at("reason").as_string(), "ok\n");
+    EXPECT_EQ(recs[0].at("findings").as_array().size(), 2u);
+    EXPECT_EQ(recs[0].at("credentials").as_array().at(1).as_string(), "a\\b");
+    EXPECT_EQ(recs[0].at("completes").as_int64(), 7);
+    EXPECT_TRUE(recs[1].at("identity").is_null());
+    EXPECT_FALSE(recs[1].at("inspected").as_bool());
+    EXPECT_FALSE(recs[1].contains("approval"));
+    fs::remove_all(dir);
+}
