@@ -22,7 +22,8 @@ namespace {
 // that are strings go through Boost.JSON (escapes of RFC 8259 section 7).
 class json_line {
 public:
-    explicit json_line(std::string& out) : out_(out) {}
+    explicit json_line(std::string& out)
+        : out_(out) {}
 
     void open(char c) {
         out_ += c;

@@ -181,8 +181,8 @@ TEST(audit_log_test, lines_are_canonical_json_with_every_member_and_escape) {
     r.bytes_up = 1;
     r.bytes_down = 2;
     r.duration_ms = 3;
-    r.approval = sluice::proxy::audit_approval{"ap-1", "ops \"x\"", "2026-12-03T00:00:00.000Z",
-                                               "ok\n"};
+    r.approval =
+        sluice::proxy::audit_approval{"ap-1", "ops \"x\"", "2026-12-03T00:00:00.000Z", "ok\n"};
     r.event = "end";
     r.completes = 7;
     ASSERT_TRUE((*log)->append(r));
