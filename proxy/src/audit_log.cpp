@@ -22,6 +22,9 @@ namespace sluice::proxy {
 
 namespace {
 
+// How long an interval-mode completion may wait for company before it is written.
+constexpr auto completion_delay = std::chrono::milliseconds(2);
+
 // Reads the last non-empty line of `path` (the chain continues from it).
 std::string last_line(const std::filesystem::path& path) {
     std::error_code ec;
@@ -408,16 +411,23 @@ void audit_log::async_append(audit_record r, std::move_only_function<void(bool)>
 
 void audit_log::async_append_seq(audit_record r,
                                  std::move_only_function<void(std::uint64_t)> done) {
+    // In interval mode nobody waits for a completion (its exchange is answered, its start
+    // on file): it wakes the writer only from a sleep with nothing queued (writer_loop).
+    const bool lazy = !options_.fsync_always && r.completes != 0;
     bool queued = false;
+    bool wake = false;
     {
         std::lock_guard lock(queue_mutex_);
         if (!writer_stop_) {
             queue_.push_back({std::move(r), std::move(done)});
             queued = true;
+            urgent_ += lazy ? 0 : 1;
+            wake = !lazy || writer_asleep_;
         }
     }
     if (queued) {
-        queue_cv_.notify_one();
+        if (wake)
+            queue_cv_.notify_one();
         return;
     }
     // Closed: no writer thread to take it.
@@ -436,10 +446,23 @@ void audit_log::writer_loop() {
     for (;;) {
         {
             std::unique_lock lock(queue_mutex_);
-            queue_cv_.wait(lock, [&] { return writer_stop_ || !queue_.empty(); });
-            if (queue_.empty())
-                return; // stopping, nothing left
+            // Interval mode: completions wait up to `completion_delay` for a record a flow
+            // waits on, and go in its batch: one wake-up of this thread per exchange, not
+            // two. With fsync always every record is urgent and nothing waits here.
+            if (!options_.fsync_always)
+                queue_cv_.wait_for(lock, completion_delay,
+                                   [&] { return writer_stop_ || urgent_ > 0; });
+            if (queue_.empty()) {
+                writer_asleep_ = true;
+                queue_cv_.wait(lock, [&] { return writer_stop_ || !queue_.empty(); });
+                writer_asleep_ = false;
+                if (queue_.empty())
+                    return; // stopping, nothing left
+                if (urgent_ == 0 && !writer_stop_)
+                    continue; // a completion alone: it may have company within the delay
+            }
             batch.swap(queue_);
+            urgent_ = 0;
         }
         records.clear();
         for (const auto& q : batch)

@@ -245,6 +245,10 @@ private:
     std::mutex queue_mutex_; ///< guards queue_ and writer_stop_ (never held with mutex_)
     std::condition_variable queue_cv_;
     std::vector<queued> queue_;
+    /// Queued records a flow waits for (every record but interval-mode completions): they
+    /// wake the writer; completions join the next such batch (writer_loop).
+    std::size_t urgent_ = 0;
+    bool writer_asleep_ = false; ///< waiting with nothing queued: a completion wakes it too
     bool writer_stop_ = false;
     std::thread writer_thread_;
     std::mutex close_mutex_; ///< one join of writer_thread_
