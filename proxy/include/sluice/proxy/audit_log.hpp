@@ -17,7 +17,9 @@
 // fdatasync(2) before it reports each one done; records that arrive during a sync form
 // the next batch. A flow waiting for its record thus does not hold its io thread, and the
 // sync cost is shared by every flow waiting at that moment. Without fsync_always the sync
-// thread's fdatasync does not hold the lock, so batches go on being written meanwhile.
+// thread's fdatasync does not hold the lock, so batches go on being written meanwhile,
+// and a completion (`completes` set: nobody waits for it) does not wake the writer: it
+// goes in the batch of the next record a flow waits for, or within 2 ms.
 // append() and async_append() share one order and one chain.
 //
 // Decide, record, then forward: an exchange that goes upstream is recorded twice. Its
