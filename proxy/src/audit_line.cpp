@@ -2,8 +2,10 @@
 // exchange writes two records (its start and its completion), so this is on the request
 // path of the log's writer thread. The bytes are what boost::json::serialize writes for
 // the same object in the same member order (RFC 8259: no whitespace, strings escaped by
-// Boost.JSON's serializer), which `audit_line_test` checks by re-serialising parsed lines.
+// Boost.JSON's serializer), which audit_log_test checks by re-serialising parsed lines
+// (lines_are_canonical_json_with_every_member_and_escape).
 #include "sluice/proxy/audit_log.hpp"
+#include "sluice/proxy/control.hpp"
 
 #include "audit_hash.hpp"
 
@@ -12,8 +14,6 @@
 #include <array>
 #include <charconv>
 #include <chrono>
-#include <cstdio>
-#include <ctime>
 
 namespace sluice::proxy {
 
@@ -90,19 +90,6 @@ private:
     bool first_ = true;
 };
 
-// RFC 3339 UTC with milliseconds, e.g. 2026-11-30T02:38:43.123Z.
-void put_now(json_line& j) {
-    auto now = std::chrono::system_clock::now();
-    auto secs = std::chrono::system_clock::to_time_t(now);
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
-    std::tm tm{};
-    gmtime_r(&secs, &tm);
-    std::array<char, 40> buf;
-    std::size_t n = std::strftime(buf.data(), buf.size(), "%Y-%m-%dT%H:%M:%S", &tm);
-    std::snprintf(buf.data() + n, buf.size() - n, ".%03dZ", static_cast<int>(ms.count()));
-    j.str(buf.data());
-}
-
 void put_findings(json_line& j, const std::vector<audit_finding>& findings) {
     j.key("findings").open('[');
     for (const auto& f : findings) {
@@ -156,7 +143,7 @@ std::string audit_log::line_for(const audit_record& r, std::uint64_t seq, const 
     body.reserve(512 + r.url.size() + 160 * r.findings.size());
     json_line j(body);
     j.open('{');
-    put_now(j.key("ts"));
+    j.key("ts").str(rfc3339_ms(std::chrono::system_clock::now()));
     j.key("seq").num(seq);
     if (!r.event.empty())
         j.key("event").str(r.event);

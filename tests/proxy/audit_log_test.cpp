@@ -158,8 +158,6 @@ TEST(audit_log_test, redact_query_replaces_every_value_and_keeps_names) {
     EXPECT_EQ(audit_log::redact_query("https://h/p?x=1#frag", true), "https://h/p?x=[redacted]");
 }
 
-} // namespace
-
 // Records are written without a DOM (audit_line.cpp): each line must be exactly what
 // Boost.JSON writes for the object it parses to, every optional member and every escape
 // included, so readers and the chain see canonical JSON.
@@ -212,3 +210,5 @@ TEST(audit_log_test, lines_are_canonical_json_with_every_member_and_escape) {
     EXPECT_FALSE(recs[1].contains("approval"));
     fs::remove_all(dir);
 }
+
+} // namespace
