@@ -14,6 +14,7 @@ packages=(
   libsimdjson-dev  # dlp/src/joined_fields.cpp: the values of JSON bodies, for joined views
   libpsl-dev  # dlp/src/hostname.cpp: registrable domains from the built-in Public Suffix List
   libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev libfmt-dev
+  libhiredis-dev redis-server  # proxy/src/redis_link.cpp, tests/e2e/test_fleet.py: the fleet control store (issue 22)
   libgtest-dev libgmock-dev libbenchmark-dev
   curl python3 nodejs
   chromium  # tests/e2e/test_console.py: the approvals console in headless Chromium

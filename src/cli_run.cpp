@@ -6,6 +6,7 @@
 #include "sluice/proxy/audit_log.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/control.hpp"
+#include "sluice/proxy/fleet_store.hpp"
 #include "sluice/proxy/log_limiter.hpp"
 #include "sluice/proxy/metrics.hpp"
 #include "sluice/proxy/server.hpp"
@@ -331,6 +332,26 @@ int cmd_run(int argc, char** argv) {
         spdlog::error("{}", control_warning);
     control->attach_metrics(stats);
     server.attach_control(control);
+    // control_store (issue 22): the kill switch shared by a fleet of replicas, read before
+    // the proxy port opens (fleet_store.hpp).
+    std::shared_ptr<proxy::fleet_store> store;
+    if (settings->control_store) {
+        auto made = proxy::fleet_store::create(*settings->control_store, control);
+        if (!made) {
+            std::cerr << "sluice: control_store: " << made.error() << "\n";
+            return 3;
+        }
+        store = *made;
+        stats->set_control_store_source([store] {
+            return std::pair{store->up(), store->errors()};
+        });
+        if (!store->start())
+            spdlog::error("control store not read within {} ms: {}",
+                          settings->control_store->connect_timeout.count(),
+                          store->fail_closed() ? "every flow is refused until it is"
+                                               : "serving with the last-known kill switch state "
+                                                 "(killed.json)");
+    }
     // supervise.webhook: new approval entries are posted to it (webhook.hpp). A reload can
     // set, change or remove it.
     auto hook = std::make_shared<std::atomic<std::shared_ptr<proxy::webhook>>>();
@@ -389,13 +410,21 @@ int cmd_run(int argc, char** argv) {
                     [](proxy::admin_request) -> net::awaitable<proxy::admin_response> {
                         co_return proxy::admin_response{200, R"({"status":"ok"})"};
                     });
-    (*admin)->route("GET", "/readyz", false,
-                    [&server](proxy::admin_request) -> net::awaitable<proxy::admin_response> {
-                        if (server.ready())
-                            co_return proxy::admin_response{200, R"({"status":"ready"})"};
-                        co_return proxy::admin_error(503, "audit_unavailable",
-                                                     "not ready: the audit log cannot be written");
-                    });
+    (*admin)->route(
+        "GET", "/readyz", false,
+        [&server, store](proxy::admin_request) -> net::awaitable<proxy::admin_response> {
+            if (!server.ready())
+                co_return proxy::admin_error(503, "audit_unavailable",
+                                             "not ready: the audit log cannot be written");
+            if (store && !store->up() && store->fail_closed())
+                co_return proxy::admin_error(
+                    503, "control_store_unavailable",
+                    "not ready: the control store cannot be read (fail_closed)");
+            if (store && !store->up()) // last_known: serving, but say so
+                co_return proxy::admin_response{
+                    200, R"({"status":"ready","control_store":"unavailable"})"};
+            co_return proxy::admin_response{200, R"({"status":"ready"})"};
+        });
     (*admin)->route("POST", "/v1/reload", true,
                     [&](proxy::admin_request) -> net::awaitable<proxy::admin_response> {
                         // Build on the control thread; this io_context keeps serving meanwhile and
@@ -413,7 +442,7 @@ int cmd_run(int argc, char** argv) {
                             result->ok ? 200u : 422u, boost::json::serialize(reload_json(*result))};
                     });
     proxy::register_console_routes(**admin);
-    proxy::register_control_routes(**admin, control);
+    proxy::register_control_routes(**admin, control, store);
     (*admin)->start();
     // The proxy port opens last: a client (or a readiness probe) that reaches it finds the
     // admin API, metrics and control already up.
@@ -464,6 +493,8 @@ int cmd_run(int argc, char** argv) {
     server.run();
     signal_ctx.stop();
     signal_thread.join();
+    if (store)
+        store->stop();
     (*admin)->stop();
     exposer->reset();
     spdlog::info("stopped");

@@ -4,8 +4,8 @@
 // (typed scalars shared by the sections), sections/listeners.cpp (listeners, ca,
 // upstream), sections/identities.cpp, sections/policies.cpp, sections/dlp_section.cpp,
 // sections/credentials.cpp (credentials, protected_values), sections/supervise.cpp,
-// sections/audit.cpp and sections/rule_files.cpp (user rules and the checks across
-// sections). Not thread safe: one loader per load.
+// sections/audit.cpp, sections/control_store.cpp and sections/rule_files.cpp (user rules and the
+// checks across sections). Not thread safe: one loader per load.
 #pragma once
 
 #include "sluice/config/settings.hpp"
@@ -110,6 +110,10 @@ private:
     // sections/supervise.cpp
     void supervise(const YAML::Node& n);
     void webhook(const YAML::Node& n);
+
+    // sections/control_store.cpp
+    void control_store(const YAML::Node& n);
+    void redis_store(const YAML::Node& n, control_store_settings& cs);
 
     // sections/audit.cpp
     void audit(const YAML::Node& n);

@@ -96,7 +96,7 @@ void loader::top(const YAML::Node& root) {
     auto m = w_.map(root, "the configuration",
                     {"version", "data_dir", "listeners", "ca", "upstream", "identities", "policies",
                      "protected_values", "credentials", "supervise", "admin", "metrics", "audit",
-                     "logging", "rule_files"});
+                     "logging", "rule_files", "control_store"});
     if (!m) {
         return;
     }
@@ -125,6 +125,7 @@ void loader::top(const YAML::Node& root) {
         {"metrics", &loader::metrics},
         {"audit", &loader::audit},
         {"logging", &loader::logging},
+        {"control_store", &loader::control_store},
     };
     for (const auto& [key, read] : sections) {
         if (auto* v = m->get(key)) {

@@ -1,6 +1,7 @@
 #include "sluice/proxy/control.hpp"
 
 #include "sluice/proxy/admin_api.hpp"
+#include "sluice/proxy/fleet_store.hpp"
 #include "sluice/proxy/metrics.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -402,6 +403,33 @@ std::size_t control::cut(
     return targets.size();
 }
 
+control::kill_result control::adopt(killed_state s) {
+    std::sort(s.identities.begin(), s.identities.end());
+    s.identities.erase(std::unique(s.identities.begin(), s.identities.end()), s.identities.end());
+    kill_result r;
+    std::vector<std::shared_ptr<flow_handle>> targets;
+    {
+        std::lock_guard lock(mutex_);
+        if (s.all == killed_.all && s.identities == killed_.identities)
+            return r;
+        killed_ = std::move(s);
+        publish_killed_locked(); // before listing, as in kill()
+        for (const auto& [serial, h] : flows_)
+            if (killed_.all || std::binary_search(killed_.identities.begin(),
+                                                  killed_.identities.end(), h->identity_))
+                targets.push_back(h);
+        r.persisted = persist_locked();
+    }
+    for (auto& h : targets)
+        net::post(h->executor_, [h] { h->close_now(); });
+    r.closed = targets.size();
+    auto k = killed();
+    spdlog::warn("kill switch: state from the control store in force (all: {}, {} identit{} "
+                 "killed), {} live flow(s) closed",
+                 k.all, k.identities.size(), k.identities.size() == 1 ? "y" : "ies", r.closed);
+    return r;
+}
+
 bool control::revive(std::optional<std::string> identity) {
     std::lock_guard lock(mutex_);
     if (!identity) {
@@ -656,7 +684,8 @@ std::optional<decision_body> parse_decision(const std::string& body) {
 
 } // namespace
 
-void register_control_routes(admin_api& api, std::shared_ptr<control> ctl) {
+void register_control_routes(admin_api& api, std::shared_ptr<control> ctl,
+                             std::shared_ptr<fleet_store> store) {
     api.route("GET", "/v1/approvals", true, [ctl](admin_request) -> net::awaitable<admin_response> {
         std::string body = "{\"approvals\":[";
         bool first = true;
@@ -718,29 +747,50 @@ void register_control_routes(admin_api& api, std::shared_ptr<control> ctl) {
         o["killed"] = std::move(ko);
         co_return json_response(200, o);
     });
-    api.route("POST", "/v1/kill", true, [ctl](admin_request r) -> net::awaitable<admin_response> {
-        auto target = parse_target(r.body);
-        if (!target)
-            co_return admin_error(400, "bad_request",
-                                  "body must be {\"identity\": \"name\"} or {\"all\": true}");
-        auto res = ctl->kill(*target);
-        boost::json::object o;
-        o["killed"] = target->value_or("all");
-        o["closed"] = res.closed;
-        o["persisted"] = res.persisted;
-        co_return json_response(200, o);
-    });
-    api.route("POST", "/v1/revive", true, [ctl](admin_request r) -> net::awaitable<admin_response> {
-        auto target = parse_target(r.body);
-        if (!target)
-            co_return admin_error(400, "bad_request",
-                                  "body must be {\"identity\": \"name\"} or {\"all\": true}");
-        bool persisted = ctl->revive(*target);
-        boost::json::object o;
-        o["revived"] = target->value_or("all");
-        o["persisted"] = persisted;
-        co_return json_response(200, o);
-    });
+    api.route(
+        "POST", "/v1/kill", true, [ctl, store](admin_request r) -> net::awaitable<admin_response> {
+            auto target = parse_target(r.body);
+            if (!target)
+                co_return admin_error(400, "bad_request",
+                                      "body must be {\"identity\": \"name\"} or {\"all\": true}");
+            boost::json::object o;
+            o["killed"] = target->value_or("all");
+            control::kill_result res;
+            if (store) {
+                auto c = co_await store->kill(*target);
+                res = c.local;
+                o["store"] =
+                    c.result == fleet_store::change::outcome::shared ? "shared" : "pending";
+            } else {
+                res = ctl->kill(*target);
+            }
+            o["closed"] = res.closed;
+            o["persisted"] = res.persisted;
+            co_return json_response(200, o);
+        });
+    api.route(
+        "POST", "/v1/revive", true,
+        [ctl, store](admin_request r) -> net::awaitable<admin_response> {
+            auto target = parse_target(r.body);
+            if (!target)
+                co_return admin_error(400, "bad_request",
+                                      "body must be {\"identity\": \"name\"} or {\"all\": true}");
+            bool persisted = true;
+            if (store) {
+                auto c = co_await store->revive(*target);
+                if (c.result == fleet_store::change::outcome::unavailable)
+                    co_return admin_error(503, "control_store_unavailable",
+                                          "the control store cannot be written: nothing is revived "
+                                          "until it is back (kills stay in force)");
+                persisted = c.local.persisted;
+            } else {
+                persisted = ctl->revive(*target);
+            }
+            boost::json::object o;
+            o["revived"] = target->value_or("all");
+            o["persisted"] = persisted;
+            co_return json_response(200, o);
+        });
 }
 
 } // namespace sluice::proxy

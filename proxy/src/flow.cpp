@@ -75,6 +75,8 @@ step_result identify(flow_context& fc, dlp::caller_evidence& evidence, const htt
         fc.state->ctl->set_identity(*fc.handle, fc.identity);
     if (killed_now(fc))
         return refusal{503, "killed"};
+    if (fc.state->ctl && fc.state->ctl->store_refusing()) // fail_closed, store unreachable
+        return refusal{503, "control_store_unavailable"};
     if (!who.identity)
         return refusal{who.challenge ? 407u : 403u, std::string(who.reason)};
     if (fc.policy == nullptr)

@@ -46,12 +46,22 @@ public:
             "Audit writes that failed (each denied its flow with 503) or found the file removed.",
             prometheus::MetricType::Counter,
             audit_errors ? static_cast<double>(audit_errors()) : 0.0);
+        if (store) { // only with a control_store configured
+            auto [up, errors] = store();
+            one("sluice_control_store_up",
+                "1 while the fleet's control store (Redis) is connected and read, else 0.",
+                prometheus::MetricType::Gauge, up ? 1.0 : 0.0);
+            one("sluice_control_store_errors_total",
+                "Control store connections lost or refused, and reads or writes that failed.",
+                prometheus::MetricType::Counter, static_cast<double>(errors));
+        }
         return out;
     }
 
     mutable std::mutex mutex;
     std::function<std::int64_t()> connections;
     std::function<std::uint64_t()> audit_errors;
+    std::function<std::pair<bool, std::uint64_t>()> store;
     const std::atomic<std::int64_t>* approvals = nullptr;
 };
 
@@ -214,6 +224,11 @@ void metrics::set_connections_source(std::function<std::int64_t()> f) {
 void metrics::set_audit_errors_source(std::function<std::uint64_t()> f) {
     std::lock_guard lock(impl_->live->mutex);
     impl_->live->audit_errors = std::move(f);
+}
+
+void metrics::set_control_store_source(std::function<std::pair<bool, std::uint64_t>()> f) {
+    std::lock_guard lock(impl_->live->mutex);
+    impl_->live->store = std::move(f);
 }
 
 std::string metrics::text() const {

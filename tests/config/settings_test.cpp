@@ -781,6 +781,46 @@ TEST(settings, supervise_webhook_is_an_http_url_and_never_quoted) {
     }
 }
 
+// control_store (issue 22): the URL is checked at load time and never quoted (it holds the
+// store's password); ${VAR} expands; absent = no store.
+TEST(settings, control_store_is_a_redis_url_and_never_quoted) {
+    EXPECT_FALSE(load_string(std::string(minimal), "t.yaml")->control_store.has_value());
+    ::setenv("SLUICE_TEST_REDIS_URL", "rediss://:s3cret@redis.example:6380/2", 1);
+    auto ok =
+        load_string(std::string(minimal) + "control_store:\n"
+                                           "  redis: {url: \"${SLUICE_TEST_REDIS_URL}\", "
+                                           "key_prefix: \"fleet1:\", tls: {ca_file: ca.pem}}\n"
+                                           "  on_unavailable: fail_closed\n"
+                                           "  connect_timeout: 500ms\n",
+                    "t.yaml");
+    ASSERT_TRUE(ok.has_value()) << dump(ok.error());
+    ASSERT_TRUE(ok->control_store.has_value());
+    EXPECT_EQ(ok->control_store->url, "rediss://:s3cret@redis.example:6380/2");
+    EXPECT_EQ(ok->control_store->key_prefix, "fleet1:");
+    EXPECT_EQ(ok->control_store->ca_file, std::filesystem::path("/srv/sluice/ca.pem"));
+    EXPECT_TRUE(ok->control_store->fail_closed);
+    EXPECT_EQ(ok->control_store->connect_timeout, std::chrono::milliseconds(500));
+
+    const std::pair<const char*, const char*> bad[] = {
+        {"http://:s3cret@redis.example/", "must be a redis:// or rediss:// URL"},
+        {"redis:///s3cret", "has no host"},
+        {"redis://:s3cret@redis.example/zero", "must be a database number"},
+        {"redis://:s3cret@redis.example/0?x=1", "must not have a ?query"},
+        {"s3cret", "is not an absolute URL"},
+    };
+    for (const auto& [url, message] : bad) {
+        auto d =
+            errors_of(std::string(minimal) + "control_store: {redis: {url: \"" + url + "\"}}\n");
+        expect_error(d, message, 5, 30);
+        EXPECT_EQ(dump(d).find("s3cret"), std::string::npos) << dump(d);
+    }
+    expect_error(errors_of(std::string(minimal) + "control_store: {on_unavailable: never}\n"),
+                 "control_store needs a redis", 5, 16);
+    expect_error(errors_of(std::string(minimal) +
+                           "control_store: {redis: {url: \"redis://h\"}, on_unavailable: never}\n"),
+                 "control_store.on_unavailable", 5, 60);
+}
+
 // An opaque rule after a method-constrained deny for the same hosts, and an opaque rule
 // in a policy with a dlp section, load with a warning naming both places (FILE:LINE:COL).
 TEST(settings, opaque_rules_that_cannot_do_what_they_say_are_warned_about) {

@@ -74,6 +74,19 @@ struct credential_settings {
     std::vector<std::string> identities; ///< empty = every identity
 };
 
+/// `control_store.redis`: where replicas keep the shared kill switch (issue 22). The URL
+/// may hold a password (`redis://[user]:password@host:port/db`, `rediss://` for TLS): it
+/// is never logged or quoted in an error.
+struct control_store_settings {
+    std::string url;                              ///< redis:// or rediss://, host required
+    std::string key_prefix = "sluice:";           ///< every key and channel starts with it
+    std::optional<std::filesystem::path> ca_file; ///< rediss:// trust; nullopt: system store
+    /// `on_unavailable`: false = `last_known` (keep enforcing the last state read, refuse to
+    /// revive), true = `fail_closed` (also refuse every new flow with 503).
+    bool fail_closed = false;
+    std::chrono::milliseconds connect_timeout{2'000}; ///< per connection attempt and command
+};
+
 struct settings {
     std::filesystem::path data_dir;
     std::vector<listener_settings> listeners;
@@ -94,6 +107,9 @@ struct settings {
     /// supervise.webhook: new approval entries are posted here as JSON ("" = none). May
     /// hold a secret: never logged.
     std::string supervise_webhook;
+    /// `control_store`: the store a fleet of replicas shares (issue 22). Absent = one
+    /// process, kill switch in data_dir/killed.json only.
+    std::optional<control_store_settings> control_store;
     std::vector<secret_source> protected_values;
     std::vector<credential_settings> credentials;
     std::string log_level = "info";

@@ -40,6 +40,7 @@ namespace sluice::proxy {
 
 class metrics;
 class admin_api;
+class fleet_store;
 
 /// What a live client connection carries: "http" (absolute-form requests), "tunnel"
 /// (CONNECT, opaque or intercepted), "websocket" (an upgraded exchange).
@@ -205,6 +206,15 @@ public:
     /// Lifts a kill (nullopt = everything, including the per-identity list). Returns
     /// false if the state file could not be written (the change is in force in memory).
     bool revive(std::optional<std::string> identity);
+    /// Replaces the whole state with `s`, read from the fleet's control store
+    /// (fleet_store.hpp): every live flow that `s` kills is closed (as kill() does) and
+    /// killed.json is rewritten as the last-known copy. When `s` equals the state in force
+    /// nothing is written or closed (closed = 0). `s.identities` need not be sorted.
+    kill_result adopt(killed_state s);
+    /// While true, new flows are refused with 503 `control_store_unavailable`
+    /// (control_store.on_unavailable: fail_closed, store unreachable). Any thread.
+    void set_store_refusing(bool v) { store_refusing_.store(v, std::memory_order_release); }
+    bool store_refusing() const { return store_refusing_.load(std::memory_order_acquire); }
 
     // --- approvals ---------------------------------------------------------------------
     /// Holds the calling flow until a decision, `timeout`, the client closing `client`
@@ -232,6 +242,7 @@ private:
     mutable std::mutex mutex_;
     killed_state killed_;
     std::atomic<std::shared_ptr<const killed_state>> killed_snapshot_;
+    std::atomic<bool> store_refusing_{false};
     std::map<std::uint64_t, std::shared_ptr<flow_handle>> flows_; // by registration order
     std::uint64_t next_flow_ = 0;
     std::map<std::uint64_t, std::shared_ptr<approval_entry>> pending_; // oldest first
@@ -253,7 +264,13 @@ private:
 /// "killed": {"all", "identities"}}; kill {"identity": s} | {"all": true} → {"killed": s |
 /// "all", "closed": n, "persisted": bool}; revive → {"revived": s | "all", "persisted":
 /// bool}; a body that is not one of those shapes 400 `bad_request`.
-void register_control_routes(admin_api& api, std::shared_ptr<control> ctl);
+///
+/// With a fleet store (`store` non-null, fleet_store.hpp) kill and revive go through it:
+/// kill adds "store": "shared" (every replica applies it) or "pending" (applied here, the
+/// store is down: written when it is back); revive while the store is down is 503
+/// `control_store_unavailable` and lifts nothing.
+void register_control_routes(admin_api& api, std::shared_ptr<control> ctl,
+                             std::shared_ptr<fleet_store> store = nullptr);
 
 /// The approval's JSON as listed (also what a webhook receives).
 std::string approval_json(const approval_info& a);

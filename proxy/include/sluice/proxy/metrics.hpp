@@ -11,6 +11,8 @@
 //   sluice_upstream_errors_total{reason}          counter (upstream_connect, upstream_tls, ...)
 //   sluice_config_reloads_total{result}           counter, result = ok | error
 //   sluice_audit_errors_total                     counter, failed audit writes, read at scrape
+//   sluice_control_store_up                       gauge, 1 while the fleet store is read (issue 22)
+//   sluice_control_store_errors_total             counter, store connections lost, failed calls
 //   sluice_ws_messages_total{direction,decision}  counter, one per WebSocket message
 //                                                 (direction up | down, decision allow | deny)
 //   sluice_request_duration_seconds{identity,decision}
@@ -37,6 +39,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace prometheus {
 class Registry;
@@ -74,6 +77,9 @@ public:
     /// exposing; unset sources read as 0.
     void set_connections_source(std::function<std::int64_t()> f);
     void set_audit_errors_source(std::function<std::uint64_t()> f);
+    /// With a fleet control store (fleet_store.hpp): whether it is up, and its error count
+    /// (sluice_control_store_up, sluice_control_store_errors_total; absent without one).
+    void set_control_store_source(std::function<std::pair<bool, std::uint64_t>()> f);
     /// Pending approvals (issue 7 keeps it current).
     void set_approvals_pending(std::int64_t n) { approvals_pending_.store(n); }
 

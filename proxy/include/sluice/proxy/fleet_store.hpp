@@ -1,0 +1,90 @@
+// The kill switch a fleet of replicas shares through Redis (issue 22, CONTRACT.md "Admin
+// API"; configuration `control_store`).
+//
+// State in Redis (every name starts with `key_prefix`, default "sluice:"):
+//   <p>kill:ids      set of killed identities
+//   <p>kill:all      "1" while everything is killed (absent otherwise)
+//   <p>kill:version  integer, +1 per change
+//   <p>kill:epoch    random id written with the first change: a new one means the
+//                    store lost its data (flushed, replaced) since
+//   <p>kill          pub/sub channel; each change publishes the new state
+// Changes and reads are one Lua script (EVAL), so a change, its version and its publish
+// are atomic. The published message (JSON) and the script's reply (RESP) are the same
+// array of strings: [epoch, version, "1"|"0" (all), identity...]; a replica applies a
+// state whose epoch differs from the last one it applied, or whose version is not older.
+//
+// Replicas:
+// - start() reads the state before the proxy port opens (bounded by connect_timeout); a
+//   replica that starts after a kill refuses the identity from its first request.
+// - Each replica subscribes to the channel: a kill made on any replica closes the
+//   identity's live flows on every replica when the message arrives (one round trip).
+// - Every second the state is read again (the heartbeat): a lost message, a lost
+//   connection or a store that lost its data is noticed within about a second.
+// - A store with no state (never written, flushed, or replaced) while this replica holds
+//   kills gets them written back: a kill is never lifted by the store losing data.
+//   Revives need the store.
+// - Store unreachable: reconnect with backoff (100 ms doubling to 5 s). The last state
+//   read stays in force (and in killed.json, the last-known copy). kill() still applies
+//   locally at once and is written to the store on reconnect; revive() is refused
+//   (`unavailable`). With on_unavailable: fail_closed, new flows are refused with 503
+//   `control_store_unavailable` until the store is read again.
+//
+// Threads: the store has its own thread and io_context; kill()/revive() may be awaited
+// from any executor (they run on the store's and resume on the caller's). up(),
+// errors() any thread.
+#pragma once
+
+#include "sluice/config/settings.hpp"
+#include "sluice/proxy/control.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstdint>
+#include <expected>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace sluice::proxy {
+
+class fleet_store {
+public:
+    /// Checks the URL and builds the TLS context (rediss://). Errors never quote the URL.
+    static std::expected<std::shared_ptr<fleet_store>, std::string>
+    create(const config::control_store_settings& s, std::shared_ptr<control> ctl);
+    ~fleet_store(); ///< stop()
+
+    /// Starts the store's thread and waits, at most connect_timeout, for the first read of
+    /// the shared state (applied to `ctl` before this returns). False when the store
+    /// could not be read in time: the replica serves with killed.json (last_known) or
+    /// refuses every flow until the store is read (fail_closed); the thread keeps trying.
+    bool start();
+    /// Stops the thread (idempotent).
+    void stop();
+
+    bool up() const;
+    bool fail_closed() const;
+    std::uint64_t errors() const;
+
+    struct change {
+        enum class outcome {
+            shared,     ///< written to the store; every replica applies it
+            pending,    ///< kill applied here only; written when the store is back
+            unavailable ///< revive refused: the store cannot be written
+        };
+        outcome result = outcome::shared;
+        control::kill_result local; ///< flows closed here, killed.json written
+    };
+    /// Kills `identity` (nullopt = all) across the fleet.
+    boost::asio::awaitable<change> kill(std::optional<std::string> identity);
+    /// Lifts a kill across the fleet; `unavailable` while the store cannot be written.
+    boost::asio::awaitable<change> revive(std::optional<std::string> identity);
+
+    struct impl;
+
+private:
+    explicit fleet_store(std::unique_ptr<impl> i);
+    std::unique_ptr<impl> impl_;
+};
+
+} // namespace sluice::proxy

@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""End-to-end tests for issue 22 (fleet mode): replicas of `sluice run` share the kill
+switch through a real `redis-server` started by the test on loopback.
+
+- A kill on replica A closes a live flow of that identity on replica C, and every new
+  request of it is refused on every replica; a replica started after the kill refuses it
+  from its first request; a revive on B lifts it everywhere.
+- The store stopped: the last state read stays in force (last_known), a revive is refused
+  with 503 control_store_unavailable, a kill still applies at once; the store restarted
+  empty (its data lost) gets the replicas' kills written back.
+- on_unavailable: fail_closed refuses every new flow while the store cannot be read.
+- rediss:// with a password, verified against the test CA; a wrong password is reported
+  without the password.
+
+Identities by source address (127.0.0.2 alpha, 127.0.0.3 beta). Reuses
+tests/e2e/test_proxy.py's helpers (certificates, recording origin, process handling).
+
+Run:  SLUICE_BIN=build/sluice python3 tests/e2e/test_fleet.py -v
+"""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_proxy as tp  # noqa: E402  (helpers only; its tests are not collected here)
+
+WAIT_S = 15.0  # bound on every poll; never a sleep used for synchronisation
+SRC = {"alpha": "127.0.0.2", "beta": "127.0.0.3"}
+PASSWORD = "fleet-pw-" + os.urandom(8).hex()  # must never reach a log line
+
+
+class st:
+    tmp = None
+    origin = None
+    redis = []      # every redis_server started
+    replicas = []   # every replica started
+
+
+def poll(fn, what):
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.05)
+
+
+class redis_server:
+    """A throwaway redis-server on loopback (no persistence: a restart loses the data,
+    as a flushed or replaced store does)."""
+
+    def __init__(self, name, tls=False):
+        self.name, self.tls, self.port = name, tls, tp.free_port()
+        self.dir = os.path.join(st.tmp, "redis-" + name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.proc = None
+        st.redis.append(self)
+
+    def start(self):
+        args = ["redis-server", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", self.dir, "--requirepass", PASSWORD, "--logfile",
+                os.path.join(self.dir, "redis.log")]
+        if self.tls:
+            args += ["--port", "0", "--tls-port", str(self.port),
+                     "--tls-cert-file", os.path.join(st.tmp, "origin.pem"),
+                     "--tls-key-file", os.path.join(st.tmp, "origin.key"),
+                     "--tls-ca-cert-file", os.path.join(st.tmp, "test-ca.pem"),
+                     "--tls-auth-clients", "no"]
+        else:
+            args += ["--port", str(self.port)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL)
+        if not tp.wait_for_port(self.port, self.proc, tp.START_TIMEOUT_S):
+            raise RuntimeError("redis-server did not start (exit %s)" % self.proc.poll())
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def url(self, password=PASSWORD):
+        scheme = "rediss" if self.tls else "redis"
+        return "%s://:%s@%s:%d/0" % (scheme, password, "localhost" if self.tls else "127.0.0.1",
+                                     self.port)
+
+
+class replica:
+    """One `sluice run` sharing `store`; the CA is shared so one client trust store
+    serves the fleet."""
+
+    def __init__(self, name, store_url, on_unavailable="last_known", tls_ca=False):
+        self.name = name
+        self.proxy_port, self.admin_port = tp.free_port(), tp.free_port()
+        self.metrics_port = tp.free_port()
+        self.dir = os.path.join(st.tmp, "replica-" + name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.config = os.path.join(self.dir, "sluice.yaml")
+        tls = ("\n    tls: {ca_file: %s}" % os.path.join(st.tmp, "test-ca.pem")) if tls_ca else ""
+        with open(self.config, "w") as f:
+            f.write(f"""version: 1
+data_dir: {self.dir}
+listeners:
+  - address: 127.0.0.1:{self.proxy_port}
+ca: {{cert: {st.tmp}/fleet-ca.pem, key: {st.tmp}/fleet-ca.key}}
+upstream:
+  ca_file: {os.path.join(st.tmp, "test-ca.pem")}
+  connect_timeout: 5s
+identities:
+  - name: alpha
+    source_cidrs: [127.0.0.2/32]
+  - name: beta
+    source_cidrs: [127.0.0.3/32]
+policies:
+  - identity: "*"
+    rules:
+      - hosts: ["localhost"]
+        ports: [{st.origin.port}]
+        action: allow
+    private_destinations: [127.0.0.1/32]
+admin: {{address: "127.0.0.1:{self.admin_port}", token_file: admin.token}}
+metrics: {{address: "127.0.0.1:{self.metrics_port}"}}
+audit: {{path: {self.dir}/audit.jsonl, fsync: always}}
+logging: {{level: info, format: json}}
+control_store:
+  redis:
+    url: "${{FLEET_STORE_URL}}"
+    key_prefix: "e2e:"{tls}
+  on_unavailable: {on_unavailable}
+  connect_timeout: 1s
+""")
+        self.env = tp.client_env(FLEET_STORE_URL=store_url)
+        self.stderr = open(os.path.join(self.dir, "sluice.stderr"), "ab")
+        self.proc = None
+        self.token = None
+        st.replicas.append(self)
+
+    def start(self):
+        self.proc = subprocess.Popen([tp.sluice_binary(), "run", "--config", self.config],
+                                     stdout=subprocess.DEVNULL, stderr=self.stderr,
+                                     stdin=subprocess.DEVNULL, env=self.env)
+        for port in (self.proxy_port, self.admin_port):
+            if not tp.wait_for_port(port, self.proc, tp.START_TIMEOUT_S):
+                raise RuntimeError("replica %s did not start (exit %s); stderr:\n%s"
+                                   % (self.name, self.proc.poll(), self.stderr_text()[-4000:]))
+        with open(os.path.join(self.dir, "admin.token")) as f:
+            self.token = f.read().strip()
+        return self
+
+    def stop(self):
+        tp.stop_run(self.proc, (), (self.stderr,), None)
+        self.proc = None
+
+    def stderr_text(self):
+        with open(os.path.join(self.dir, "sluice.stderr"), "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def admin(self, method, path, body=None):
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.admin_port, path),
+                                     method=method,
+                                     data=None if body is None else json.dumps(body).encode())
+        req.add_header("Authorization", "Bearer " + self.token)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def killed(self):
+        status, doc = self.admin("GET", "/v1/flows")
+        assert status == 200, doc
+        return doc["killed"]
+
+    def metric(self, name):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
+                                    timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        return None
+
+    def tunnel(self, who):
+        """An intercepted CONNECT from `who`, TLS to sluice's leaf; (socket, CONNECT status,
+        CONNECT answer's JSON reason or None)."""
+        s = socket.create_connection(("127.0.0.1", self.proxy_port), timeout=10,
+                                     source_address=(SRC[who], 0))
+        port = st.origin.port
+        s.sendall(b"CONNECT localhost:%d HTTP/1.1\r\nHost: localhost:%d\r\n\r\n" % (port, port))
+        r = http.client.HTTPResponse(s, method="CONNECT")
+        r.begin()
+        if r.status != 200:
+            body = r.read()
+            s.close()
+            return None, r.status, json.loads(body).get("reason")
+        ctx = ssl.create_default_context(cafile=os.path.join(st.tmp, "fleet-ca.pem"))
+        return ctx.wrap_socket(s, server_hostname="localhost"), 200, None
+
+    def get(self, who):
+        """(status, reason) of one GET from `who` through this replica."""
+        t, status, reason = self.tunnel(who)
+        if t is None:
+            return status, reason
+        try:
+            return exchange(t)
+        finally:
+            t.close()
+
+
+def exchange(t):
+    mark = tp.marker()
+    t.sendall(("GET /fleet/%s HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+               % (mark, st.origin.port)).encode())
+    r = http.client.HTTPResponse(t, method="GET")
+    r.begin()
+    body = r.read()
+    if r.status == 200:
+        assert st.origin.requests_for(mark), "a 200 that the origin never saw"
+        return 200, None
+    return r.status, json.loads(body).get("reason")
+
+
+def closed_by_peer(s):
+    """True once `s` sees EOF or a reset (bounded wait)."""
+    s.settimeout(WAIT_S)
+    try:
+        while True:
+            if not s.recv(65536):
+                return True
+    except (ConnectionError, ssl.SSLError, OSError) as e:
+        return not isinstance(e, socket.timeout)
+
+
+def setUpModule():
+    if shutil.which("redis-server") is None:
+        raise RuntimeError("redis-server is missing: run deploy/install-deps.sh")
+    st.tmp = tempfile.mkdtemp(prefix="sluice-e2e-fleet-")
+    tp.make_certificates(st.tmp)
+    st.origin = tp.recording_origin("fleet", os.path.join(st.tmp, "origin.pem"),
+                                    os.path.join(st.tmp, "origin.key"))
+
+
+def tearDownModule():
+    try:
+        for r in st.replicas:
+            if r.proc is not None:
+                r.stop()
+        for s in st.redis:
+            s.stop()
+        # No password in any replica's output, ever (the URL carries it).
+        for r in st.replicas:
+            if PASSWORD in r.stderr_text():
+                raise AssertionError("the store password is in replica %s's log" % r.name)
+    finally:
+        tp.stop_run(None, (st.origin,), (), st.tmp)
+
+
+class fleet_test(unittest.TestCase):
+    """Three replicas on one plain redis:// store with a password."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.store = redis_server("plain")
+        cls.store.start()
+        url = cls.store.url()
+        cls.a = replica("a", url).start()  # first alone: it makes the shared CA
+        cls.b, cls.c = replica("b", url).start(), replica("c", url).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        for r in (cls.a, cls.b, cls.c):
+            r.stop()
+        cls.store.stop()
+
+    def everyone_sees(self, killed, replicas):
+        for r in replicas:
+            poll(lambda: r.killed() == killed, "replica %s to see %s" % (r.name, killed))
+
+    def test_1_kill_on_a_closes_a_live_flow_on_c_and_reaches_a_new_replica(self):
+        a, b, c = self.a, self.b, self.c
+        self.assertEqual(a.metric("sluice_control_store_up"), 1.0)
+        live, status, _ = c.tunnel("alpha")
+        self.assertEqual(status, 200)
+        self.assertEqual(exchange(live), (200, None))
+        beta, _, _ = c.tunnel("beta")
+        self.assertEqual(exchange(beta), (200, None))
+
+        status, doc = a.admin("POST", "/v1/kill", {"identity": "alpha"})
+        t0 = time.monotonic()
+        self.assertEqual((status, doc["killed"], doc["store"]), (200, "alpha", "shared"), doc)
+        self.assertTrue(closed_by_peer(live), "alpha's live flow on replica c")
+        cut_ms = (time.monotonic() - t0) * 1000
+        print("\nkill on a -> alpha's flow on c closed %.1f ms after a answered" % cut_ms)
+        self.assertLess(cut_ms, 1000.0)
+        # beta's flow on c lives on; alpha is refused on every replica.
+        self.assertEqual(exchange(beta), (200, None))
+        for r in (a, b, c):
+            self.assertEqual(r.get("alpha"), (503, "killed"), r.name)
+        self.assertEqual(b.get("beta"), (200, None))
+
+        # A replica started after the kill refuses alpha from its first request.
+        d = replica("d", self.store.url()).start()
+        try:
+            self.assertEqual(d.get("alpha"), (503, "killed"))
+            self.assertEqual(d.killed(), {"all": False, "identities": ["alpha"]})
+            # Revive on b lifts it everywhere, d included.
+            status, doc = b.admin("POST", "/v1/revive", {"identity": "alpha"})
+            self.assertEqual((status, doc["revived"]), (200, "alpha"), doc)
+            self.everyone_sees({"all": False, "identities": []}, (a, b, c, d))
+            for r in (a, b, c, d):
+                self.assertEqual(r.get("alpha"), (200, None), r.name)
+        finally:
+            d.stop()
+        beta.close()
+
+    def test_2_kill_all_then_revive_all_across_the_fleet(self):
+        status, doc = self.c.admin("POST", "/v1/kill", {"all": True})
+        self.assertEqual((status, doc["store"]), (200, "shared"), doc)
+        self.everyone_sees({"all": True, "identities": []}, (self.a, self.b, self.c))
+        self.assertEqual(self.a.get("beta"), (503, "killed"))
+        status, doc = self.b.admin("POST", "/v1/revive", {"all": True})
+        self.assertEqual(status, 200, doc)
+        self.everyone_sees({"all": False, "identities": []}, (self.a, self.b, self.c))
+        self.assertEqual(self.a.get("beta"), (200, None))
+
+    def test_3_store_outage_keeps_kills_refuses_revive_and_restores_them(self):
+        a, b, c = self.a, self.b, self.c
+        status, doc = a.admin("POST", "/v1/kill", {"identity": "beta"})
+        self.assertEqual((status, doc["store"]), (200, "shared"), doc)
+        self.everyone_sees({"all": False, "identities": ["beta"]}, (a, b, c))
+
+        self.store.stop()  # SIGKILL: with no persistence its data is gone
+        for r in (a, b, c):
+            poll(lambda: r.metric("sluice_control_store_up") == 0.0,
+                 "replica %s to notice the store is down" % r.name)
+        status, doc = a.admin("GET", "/readyz")
+        self.assertEqual((status, doc.get("control_store")), (200, "unavailable"), doc)
+        self.assertGreaterEqual(a.metric("sluice_control_store_errors_total"), 1.0)
+        # last_known: the kill stays in force; nothing is revived; a kill still applies.
+        self.assertEqual(c.get("beta"), (503, "killed"))
+        status, doc = b.admin("POST", "/v1/revive", {"identity": "beta"})
+        self.assertEqual((status, doc.get("reason")), (503, "control_store_unavailable"), doc)
+        self.assertEqual(b.get("beta"), (503, "killed"))
+        status, doc = c.admin("POST", "/v1/kill", {"identity": "alpha"})
+        self.assertEqual((status, doc["store"]), (200, "pending"), doc)
+        self.assertEqual(c.get("alpha"), (503, "killed"))
+        self.assertEqual(a.get("alpha"), (200, None))  # a cannot know yet
+
+        # Back, empty: beta is written back by every replica, alpha by c.
+        self.store.start()
+        both = {"all": False, "identities": ["alpha", "beta"]}
+        self.everyone_sees(both, (a, b, c))
+        for r in (a, b, c):
+            poll(lambda: r.metric("sluice_control_store_up") == 1.0, "the store to be up")
+        self.assertEqual(a.get("alpha"), (503, "killed"))
+        for who in ("alpha", "beta"):
+            status, doc = a.admin("POST", "/v1/revive", {"identity": who})
+            self.assertEqual(status, 200, doc)
+        self.everyone_sees({"all": False, "identities": []}, (a, b, c))
+        self.assertEqual(c.get("beta"), (200, None))
+
+
+class fail_closed_test(unittest.TestCase):
+    def test_fail_closed_refuses_new_flows_until_the_store_is_read(self):
+        store = redis_server("late")  # not started yet: the port is free
+        r = replica("fc", store.url(), on_unavailable="fail_closed").start()
+        try:
+            self.assertEqual(r.get("alpha"), (503, "control_store_unavailable"))
+            status, doc = r.admin("GET", "/readyz")
+            self.assertEqual((status, doc.get("reason")), (503, "control_store_unavailable"))
+            store.start()
+            poll(lambda: r.get("alpha") == (200, None), "the replica to serve once the store is up")
+            status, doc = r.admin("GET", "/readyz")
+            self.assertEqual((status, doc), (200, {"status": "ready"}))
+        finally:
+            r.stop()
+            store.stop()
+
+
+class tls_store_test(unittest.TestCase):
+    def test_rediss_with_password_shares_a_kill_and_a_wrong_password_is_reported(self):
+        store = redis_server("tls", tls=True)
+        store.start()
+        e = replica("e", store.url(), tls_ca=True).start()
+        f = replica("f", store.url(), tls_ca=True).start()
+        wrong = replica("w", store.url(password="not-" + PASSWORD), tls_ca=True).start()
+        try:
+            self.assertEqual(e.metric("sluice_control_store_up"), 1.0)
+            status, doc = e.admin("POST", "/v1/kill", {"identity": "alpha"})
+            self.assertEqual((status, doc["store"]), (200, "shared"), doc)
+            poll(lambda: f.killed() == {"all": False, "identities": ["alpha"]}, "f to see it")
+            self.assertEqual(f.get("alpha"), (503, "killed"))
+            status, doc = f.admin("POST", "/v1/revive", {"identity": "alpha"})
+            self.assertEqual(status, 200, doc)
+            poll(lambda: e.killed() == {"all": False, "identities": []}, "e to see the revive")
+            # The wrong password: never up, said in the log, the password never shown.
+            self.assertEqual(wrong.metric("sluice_control_store_up"), 0.0)
+            poll(lambda: "refused AUTH" in wrong.stderr_text(), "the AUTH refusal in the log")
+        finally:
+            for r in (e, f, wrong):
+                r.stop()
+            store.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()
