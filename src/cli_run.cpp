@@ -336,14 +336,14 @@ int cmd_run(int argc, char** argv) {
     // the proxy port opens (fleet_store.hpp).
     std::shared_ptr<proxy::fleet_store> store;
     if (settings->control_store) {
-        auto made = proxy::fleet_store::create(*settings->control_store, control);
+        auto made = proxy::fleet_store::create(*settings->control_store, control, &server.limits());
         if (!made) {
             std::cerr << "sluice: control_store: " << made.error() << "\n";
             return 3;
         }
         store = *made;
         stats->set_control_store_source([store] {
-            return std::pair{store->up(), store->errors()};
+            return proxy::metrics::store_status{store->up(), store->errors(), store->replicas()};
         });
         if (!store->start())
             spdlog::error("control store not read within {} ms: {}",

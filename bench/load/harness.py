@@ -106,7 +106,7 @@ class sluice:
     """One `sluice run` with TLS interception, all detectors, variants on (the default)."""
 
     def __init__(self, binary, tmp, name, origin_port, bench_ca, fsync, max_body,
-                 large_bodies=None, inspect=True, credential=None):
+                 large_bodies=None, inspect=True, credential=None, limits=False, store=None):
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir)
         self.port = free_port()
@@ -115,6 +115,15 @@ class sluice:
         max_body_line = "\n      max_body: %s" % max_body if max_body else ""
         if large_bodies:
             max_body_line += "\n      large_bodies: %s" % large_bodies
+        # --limits: limits high enough never to refuse, so their bookkeeping is measured;
+        # --control-store URL: shared through that Redis (issue 22).
+        if limits:
+            max_body_line += ("\n    limits: {requests_per_minute: 1000000000, "
+                              "upload_per_minute: 1TiB, max_connections: 100000}")
+        control_store = ""
+        if store:
+            control_store = "control_store: {redis: {url: \"%s\", key_prefix: \"bench-%s:\"}}\n" % (
+                store, os.urandom(4).hex())
         credentials = ""
         if credential:
             # A brokered secret for the origin: every response sluice relays from it goes
@@ -155,7 +164,7 @@ policies:
       detectors: [all]
       on_finding: deny{max_body_line}
     private_destinations: [127.0.0.1/32]
-{credentials}admin: {{address: "127.0.0.1:{free_port()}", token_file: admin.token}}
+{credentials}{control_store}admin: {{address: "127.0.0.1:{free_port()}", token_file: admin.token}}
 metrics: {{address: "127.0.0.1:{free_port()}"}}
 audit: {{path: {os.path.join(self.dir, "audit.jsonl")}, fsync: {fsync}}}
 logging: {{level: warn, format: text}}

@@ -342,6 +342,10 @@ def main():
                          "its responses skip the secret masker")
     ap.add_argument("--tinyproxy", help="download: the tinyproxy binary (default: from PATH)")
     ap.add_argument("--audit-fsync", default="always", help="audit.fsync (always, or 1s)")
+    ap.add_argument("--limits", action="store_true",
+                    help="policy limits that never refuse: their bookkeeping is measured")
+    ap.add_argument("--control-store", help="control_store.redis.url: limits and the kill "
+                    "switch shared through this Redis (issue 22)")
     ap.add_argument("--loadgen-threads", type=whole(1), default=1)
     ap.add_argument("--handshake-loadgen-threads", type=whole(1), default=2,
                     help="load generator threads of the new-connection scenario")
@@ -413,7 +417,8 @@ def main():
 
     def start_sluice(name, max_body=None, large_bodies=None, inspect=True, credential=None):
         s = sluice(args.sluice or tool(args, "sluice"), tmp, name, o.port, bench_ca,
-                   args.audit_fsync, max_body, large_bodies, inspect, credential)
+                   args.audit_fsync, max_body, large_bodies, inspect, credential,
+                   args.limits, args.control_store)
         running.append(s)
         return s
 

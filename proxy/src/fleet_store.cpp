@@ -21,6 +21,8 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <unistd.h>
+#include <unordered_map>
 #include <vector>
 
 namespace sluice::proxy {
@@ -52,6 +54,35 @@ for _, m in ipairs(members) do out[#out + 1] = m end
 if op ~= 'read' then redis.call('PUBLISH', channel, cjson.encode(out)) end
 return out
 )lua";
+
+// KEYS: the live-replica set (sorted by expiry, ms). ARGV: this replica's id, the expiry
+// (ms), the key prefix, then identity, count pairs: the connections held here. Registers
+// this replica, drops the expired ones, stores its counts (expiring with it), and returns
+// [live replicas, identity, count, ...] with the counts of every other live replica.
+constexpr std::string_view beat_script = R"lua(
+local me, ttl, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + ttl, me)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local mine = prefix .. 'conns:' .. me
+redis.call('DEL', mine)
+for i = 4, #ARGV, 2 do redis.call('HSET', mine, ARGV[i], ARGV[i + 1]) end
+redis.call('PEXPIRE', mine, ttl)
+local live = redis.call('ZRANGE', KEYS[1], 0, -1)
+local out = {tostring(#live)}
+for _, r in ipairs(live) do
+  if r ~= me then
+    local h = redis.call('HGETALL', prefix .. 'conns:' .. r)
+    for j = 1, #h, 2 do out[#out + 1] = h[j]; out[#out + 1] = h[j + 1] end
+  end
+end
+return out
+)lua";
+
+// A replica that misses this many heartbeats (1 s apart) is no longer counted, and the
+// connections it reported expire with it.
+constexpr auto replica_ttl = 3s;
 
 struct shared_state {
     std::string epoch; ///< "" = the store holds no state
@@ -98,7 +129,7 @@ std::optional<shared_state> from_message(std::string_view json) {
     return from_strings(v);
 }
 
-std::string new_epoch() {
+std::string random_hex() {
     unsigned char b[8];
     if (RAND_bytes(b, sizeof b) != 1)
         throw redis_error("no randomness for the control store epoch");
@@ -122,6 +153,9 @@ struct fleet_store::impl {
     std::unique_ptr<net::ssl::context> tls;
     std::atomic<bool> up{false};
     std::atomic<std::uint64_t> errors{0};
+    std::atomic<std::uint64_t> replicas{0};
+    rate_limits* limits = nullptr; // null: limits stay per replica (unit use)
+    std::string replica_id;        // host name and a random suffix, per process
 
     // --- store thread only -------------------------------------------------------------
     std::string applied_epoch;
@@ -154,7 +188,7 @@ struct fleet_store::impl {
                 prefix + "kill",
                 std::string(op),
                 std::string(who),
-                new_epoch()};
+                random_hex()};
     }
 
     net::awaitable<shared_state> eval(redis_link& link, std::string_view op, std::string_view who) {
@@ -167,7 +201,15 @@ struct fleet_store::impl {
         co_return *s;
     }
 
-    // Applies `s` unless it is older than what is in force (same epoch, lower version).
+    // True when `s` comes from a store that lost what this replica last applied: it holds
+    // no state, or a state begun since (another epoch). A first state after none is not.
+    bool lost_data(const shared_state& s) const {
+        return s.epoch.empty() || (!applied_epoch.empty() && s.epoch != applied_epoch);
+    }
+
+    // Applies `s` unless it is older than what is in force (same epoch, lower version). A
+    // message from another epoch is left to settle(), which writes this replica's kills
+    // back first (within one heartbeat).
     control::kill_result apply(const shared_state& s) {
         if (applied_any && s.epoch == applied_epoch && s.version < applied_version)
             return {};
@@ -177,24 +219,29 @@ struct fleet_store::impl {
         return ctl->adopt(s.killed);
     }
 
-    net::awaitable<std::shared_ptr<redis_link>> open_link() {
-        co_return std::shared_ptr<redis_link>(
-            co_await redis_link::open(ctx.get_executor(), ep, tls.get(), timeout));
-    }
-
-    // Reads the state; writes this replica's kills back first when the store holds none.
-    net::awaitable<void> sync(redis_link& link) {
-        auto s = co_await eval(link, "read", "");
+    // Applies `s`, read or written through `link`. When the store lost its data, this
+    // replica's kills are written back first: losing the store never lifts a kill, and the
+    // replicas' kills end up united.
+    net::awaitable<control::kill_result> settle(redis_link& link, shared_state s) {
         auto local = ctl->killed();
-        if (s.epoch.empty() && (local.all || !local.identities.empty())) {
-            spdlog::warn("control store: it holds no kill switch state (new or flushed); "
-                         "writing back this replica's kills");
+        if (lost_data(s) && (local.all || !local.identities.empty())) {
+            spdlog::warn("control store: it lost the kill switch state (new, flushed or "
+                         "replaced); writing back this replica's kills");
             if (local.all)
                 s = co_await eval(link, "kill", "");
             for (const auto& id : local.identities)
                 s = co_await eval(link, "kill", id);
         }
-        apply(s);
+        co_return apply(s);
+    }
+
+    net::awaitable<std::shared_ptr<redis_link>> open_link() {
+        co_return std::shared_ptr<redis_link>(
+            co_await redis_link::open(ctx.get_executor(), ep, tls.get(), timeout));
+    }
+
+    net::awaitable<void> sync(redis_link& link) {
+        co_await settle(link, co_await eval(link, "read", ""));
     }
 
     void mark_up() {
@@ -228,9 +275,10 @@ struct fleet_store::impl {
                 if (m.type != redis_reply::kind::array || m.elements.size() != 3 ||
                     m.elements[0].str != "message")
                     continue;
-                if (auto s = from_message(m.elements[2].str))
-                    apply(*s);
-                else
+                if (auto s = from_message(m.elements[2].str)) {
+                    if (!lost_data(*s))
+                        apply(*s);
+                } else
                     spdlog::error("control store: a kill switch message sluice cannot read");
             }
         } catch (const std::exception&) {
@@ -254,11 +302,49 @@ struct fleet_store::impl {
         sub = s;
         cmd = c;
         net::co_spawn(ctx, listen(s, generation), net::detached);
-        for (const auto& who : pending) // kills made while it was down, before any read
-            apply(co_await eval(*c, "kill", who.value_or("")));
-        pending.clear();
+        // Kills made while it was down, before any read. One at a time from the front: a
+        // kill() may append meanwhile, and one that fails stays for the next connection.
+        while (!pending.empty()) {
+            auto who = pending.front();
+            co_await settle(*c, co_await eval(*c, "kill", who.value_or("")));
+            pending.erase(pending.begin());
+        }
         co_await sync(*c);
+        co_await beat_once(*c);
         mark_up();
+    }
+
+    // Registers this replica, reports its connections and reads the fleet's: limits are
+    // split over the live replicas (rate_limits.hpp).
+    net::awaitable<void> beat_once(redis_link& link) {
+        if (limits == nullptr)
+            co_return;
+        std::vector<std::string> args{
+            "EVAL",     std::string(beat_script),
+            "1",        prefix + "replicas",
+            replica_id, std::to_string(std::chrono::milliseconds(replica_ttl).count()),
+            prefix};
+        for (auto& [identity, n] : limits->held_connections()) {
+            args.push_back(std::move(identity));
+            args.push_back(std::to_string(n));
+        }
+        auto r = co_await link.call(std::move(args));
+        if (r.type != redis_reply::kind::array || r.elements.empty())
+            throw redis_error("the control store refused the replica heartbeat" +
+                              (r.type == redis_reply::kind::error ? ": " + r.str : ""));
+        std::uint64_t live = 0;
+        std::unordered_map<std::string, std::uint64_t> remote;
+        std::from_chars(r.elements[0].str.data(),
+                        r.elements[0].str.data() + r.elements[0].str.size(), live);
+        for (std::size_t i = 1; i + 1 < r.elements.size(); i += 2) {
+            std::uint64_t n = 0;
+            const auto& v = r.elements[i + 1].str;
+            std::from_chars(v.data(), v.data() + v.size(), n);
+            remote[r.elements[i].str] += n;
+        }
+        replicas.store(live);
+        limits->set_fleet(static_cast<unsigned>(std::max<std::uint64_t>(1, live)),
+                          std::move(remote));
     }
 
     // Returns only by throwing: the subscription ended or a read failed.
@@ -271,6 +357,7 @@ struct fleet_store::impl {
             if (sub_lost)
                 throw redis_error("the subscription was lost");
             co_await sync(*cmd);
+            co_await beat_once(*cmd);
         }
     }
 
@@ -307,8 +394,8 @@ struct fleet_store::impl {
         if (up.load()) {
             try {
                 auto link = co_await open_link();
-                auto adopted =
-                    apply(co_await eval(*link, kill ? "kill" : "revive", who.value_or("")));
+                auto written = co_await eval(*link, kill ? "kill" : "revive", who.value_or(""));
+                auto adopted = co_await settle(*link, std::move(written));
                 c.result = change::outcome::shared;
                 c.local.closed += adopted.closed;
                 c.local.persisted = c.local.persisted && adopted.persisted;
@@ -336,12 +423,22 @@ fleet_store::~fleet_store() {
 }
 
 std::expected<std::shared_ptr<fleet_store>, std::string>
-fleet_store::create(const config::control_store_settings& s, std::shared_ptr<control> ctl) {
+fleet_store::create(const config::control_store_settings& s, std::shared_ptr<control> ctl,
+                    rate_limits* limits) {
     auto ep = redis_endpoint::parse(s.url);
     if (!ep)
         return std::unexpected(ep.error());
     auto i = std::make_unique<impl>();
     i->ctl = std::move(ctl);
+    i->limits = limits;
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0)
+        host[0] = '\0';
+    try {
+        i->replica_id = std::string(host) + "-" + random_hex().substr(0, 8);
+    } catch (const std::exception& e) {
+        return std::unexpected(std::string(e.what()));
+    }
     i->ep = std::move(*ep);
     i->prefix = s.key_prefix;
     i->fail_closed = s.fail_closed;
@@ -396,6 +493,14 @@ bool fleet_store::fail_closed() const {
 
 std::uint64_t fleet_store::errors() const {
     return impl_->errors.load(std::memory_order_relaxed);
+}
+
+std::uint64_t fleet_store::replicas() const {
+    return impl_->replicas.load(std::memory_order_relaxed);
+}
+
+const std::string& fleet_store::replica() const {
+    return impl_->replica_id;
 }
 
 net::awaitable<fleet_store::change> fleet_store::kill(std::optional<std::string> identity) {

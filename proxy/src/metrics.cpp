@@ -47,13 +47,17 @@ public:
             prometheus::MetricType::Counter,
             audit_errors ? static_cast<double>(audit_errors()) : 0.0);
         if (store) { // only with a control_store configured
-            auto [up, errors] = store();
+            auto [up, errors, replicas] = store();
             one("sluice_control_store_up",
                 "1 while the fleet's control store (Redis) is connected and read, else 0.",
                 prometheus::MetricType::Gauge, up ? 1.0 : 0.0);
             one("sluice_control_store_errors_total",
                 "Control store connections lost or refused, and reads or writes that failed.",
                 prometheus::MetricType::Counter, static_cast<double>(errors));
+            one("sluice_control_store_replicas",
+                "Live replicas sharing the control store, as last read (limits are split "
+                "over them).",
+                prometheus::MetricType::Gauge, static_cast<double>(replicas));
         }
         return out;
     }
@@ -61,7 +65,7 @@ public:
     mutable std::mutex mutex;
     std::function<std::int64_t()> connections;
     std::function<std::uint64_t()> audit_errors;
-    std::function<std::pair<bool, std::uint64_t>()> store;
+    std::function<metrics::store_status()> store;
     const std::atomic<std::int64_t>* approvals = nullptr;
 };
 
@@ -226,7 +230,7 @@ void metrics::set_audit_errors_source(std::function<std::uint64_t()> f) {
     impl_->live->audit_errors = std::move(f);
 }
 
-void metrics::set_control_store_source(std::function<std::pair<bool, std::uint64_t>()> f) {
+void metrics::set_control_store_source(std::function<store_status()> f) {
     std::lock_guard lock(impl_->live->mutex);
     impl_->live->store = std::move(f);
 }

@@ -5,7 +5,10 @@
 
 namespace sluice::proxy {
 
-std::uint32_t rate_limits::take(bucket& b, double capacity, double amount, clock::time_point now) {
+// `limit` is the configured per-minute figure; this replica's bucket holds limit/share.
+std::uint32_t rate_limits::take(bucket& b, double limit, double share, double amount,
+                                clock::time_point now) {
+    const double capacity = limit / share;
     if (!b.primed) { // a new identity starts with a full minute's allowance
         b.tokens = capacity;
         b.at = now;
@@ -17,14 +20,16 @@ std::uint32_t rate_limits::take(bucket& b, double capacity, double amount, clock
         b.tokens = std::min(capacity, b.tokens + elapsed * per_second);
         b.at = now;
     }
-    b.tokens = std::min(b.tokens, capacity); // a reload may have lowered the limit
-    if (amount > capacity)
+    b.tokens = std::min(b.tokens, capacity); // a reload (or a new replica) lowered it
+    if (amount > limit)
         return 60;
-    if (b.tokens >= amount) {
+    // More than this replica's share but within the limit: admitted from a full bucket,
+    // which goes into debt (fleet mode only; with share 1, capacity == limit).
+    if (b.tokens >= amount || (amount > capacity && b.tokens >= capacity)) {
         b.tokens -= amount;
         return 0;
     }
-    const double wait = (amount - b.tokens) / per_second;
+    const double wait = (std::min(amount, capacity) - b.tokens) / per_second;
     return static_cast<std::uint32_t>(std::max(1.0, std::ceil(wait)));
 }
 
@@ -34,7 +39,7 @@ std::uint32_t rate_limits::admit_request(std::string_view identity,
         return 0;
     std::lock_guard lock(mu_);
     auto& st = state_[std::string(identity)];
-    return take(st.requests, static_cast<double>(limits.requests_per_minute), 1.0, now);
+    return take(st.requests, static_cast<double>(limits.requests_per_minute), share_, 1.0, now);
 }
 
 std::uint32_t rate_limits::admit_upload(std::string_view identity, const dlp::policy_limits& limits,
@@ -43,7 +48,7 @@ std::uint32_t rate_limits::admit_upload(std::string_view identity, const dlp::po
         return 0;
     std::lock_guard lock(mu_);
     auto& st = state_[std::string(identity)];
-    return take(st.upload, static_cast<double>(limits.upload_per_minute),
+    return take(st.upload, static_cast<double>(limits.upload_per_minute), share_,
                 static_cast<double>(bytes), now);
 }
 
@@ -54,8 +59,12 @@ bool rate_limits::acquire_connection(std::string_view identity, const dlp::polic
     slot.release();
     std::lock_guard lock(mu_);
     auto& st = state_[std::string(identity)];
-    if (limits.max_connections != 0 && st.connections >= limits.max_connections)
-        return false;
+    if (limits.max_connections != 0) {
+        auto r = remote_conns_.find(std::string(identity));
+        const std::uint64_t elsewhere = r == remote_conns_.end() ? 0 : r->second;
+        if (st.connections + elsewhere >= limits.max_connections)
+            return false;
+    }
     ++st.connections;
     slot.owner_ = this;
     slot.identity_ = std::string(identity);
@@ -66,6 +75,22 @@ std::uint64_t rate_limits::connections(std::string_view identity) const {
     std::lock_guard lock(mu_);
     auto it = state_.find(std::string(identity));
     return it == state_.end() ? 0 : it->second.connections;
+}
+
+void rate_limits::set_fleet(unsigned replicas,
+                            std::unordered_map<std::string, std::uint64_t> remote) {
+    std::lock_guard lock(mu_);
+    share_ = static_cast<double>(std::max(1u, replicas));
+    remote_conns_ = std::move(remote);
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> rate_limits::held_connections() const {
+    std::vector<std::pair<std::string, std::uint64_t>> out;
+    std::lock_guard lock(mu_);
+    for (const auto& [identity, st] : state_)
+        if (st.connections > 0)
+            out.emplace_back(identity, st.connections);
+    return out;
 }
 
 void rate_limits::release_connection(const std::string& identity) noexcept {

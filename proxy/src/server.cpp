@@ -256,6 +256,10 @@ void server::attach_control(std::shared_ptr<control> c) {
     impl_->state->ctl = std::move(c);
 }
 
+rate_limits& server::limits() {
+    return impl_->state->limits;
+}
+
 net::io_context& server::admin_context() {
     return *impl_->contexts.front();
 }

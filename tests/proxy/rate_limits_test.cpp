@@ -87,6 +87,41 @@ TEST(RateLimits, ConnectionSlotsAreCountedAndReleased) {
     EXPECT_EQ(rl.connections("x"), 1u);
 }
 
+// Fleet mode (issue 22): three live replicas each admit a third of every rate; a body
+// bigger than the share but within the limit goes from a full bucket into debt; the
+// other replicas' connections count against max_connections.
+TEST(RateLimits, FleetSharesSplitRatesAndCountOthersConnections) {
+    rate_limits rl;
+    rl.set_fleet(3, {});
+    auto t0 = rate_limits::clock::now();
+    auto l = limits(600, 3000, 0);
+    for (int i = 0; i < 200; ++i)
+        ASSERT_EQ(rl.admit_request("a", l, t0), 0u) << i;
+    EXPECT_EQ(rl.admit_request("a", l, t0), 1u); // 200/min here: the next token in 0.3 s
+    EXPECT_EQ(rl.admit_request("a", l, t0 + 400ms), 0u);
+
+    EXPECT_EQ(rl.admit_upload("a", l, 1500, t0), 0u); // share 1000: full bucket, into debt
+    EXPECT_EQ(rl.admit_upload("a", l, 1, t0), 31u);   // 500 in debt at 1000/min
+    EXPECT_EQ(rl.admit_upload("a", l, 1, t0 + 30s), 1u);
+    EXPECT_EQ(rl.admit_upload("a", l, 1, t0 + 31s), 0u);
+    EXPECT_EQ(rl.admit_upload("a", l, 3001, t0 + 31s), 60u); // over the whole limit: never
+
+    auto c = limits(0, 0, 3);
+    rl.set_fleet(2, {{"a", 2}});
+    rate_limits::connection_slot s1, s2;
+    EXPECT_TRUE(rl.acquire_connection("a", c, s1));
+    EXPECT_FALSE(rl.acquire_connection("a", c, s2)); // 1 here + 2 elsewhere = 3
+    EXPECT_EQ(rl.held_connections(),
+              (std::vector<std::pair<std::string, std::uint64_t>>{{"a", 1}}));
+    rl.set_fleet(2, {});
+    EXPECT_TRUE(rl.acquire_connection("a", c, s2));
+    // One replica again: the whole limit, as without a store.
+    rl.set_fleet(1, {});
+    for (int i = 0; i < 600; ++i)
+        ASSERT_EQ(rl.admit_request("b", l, t0), 0u) << i;
+    EXPECT_NE(rl.admit_request("b", l, t0), 0u);
+}
+
 TEST(RateLimits, ConcurrentCallersNeverOvershoot) {
     rate_limits rl;
     auto l = limits(1000, 0, 0);

@@ -20,6 +20,11 @@
 //   identity's live flows on every replica when the message arrives (one round trip).
 // - Every second the state is read again (the heartbeat): a lost message, a lost
 //   connection or a store that lost its data is noticed within about a second.
+// - Limits: with each heartbeat a replica registers itself in <p>replicas (a sorted set
+//   of expiry times; 3 missed heartbeats drop it) and its connection counts per identity
+//   in <p>conns:<replica> (expiring with it), and reads the others': rates are split over
+//   the live replicas and connections count fleet-wide (rate_limits.hpp says the error).
+//   While the store is down the last figures stay.
 // - A store with no state (never written, flushed, or replaced) while this replica holds
 //   kills gets them written back: a kill is never lifted by the store losing data.
 //   Revives need the store.
@@ -36,6 +41,7 @@
 
 #include "sluice/config/settings.hpp"
 #include "sluice/proxy/control.hpp"
+#include "sluice/proxy/rate_limits.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
@@ -50,8 +56,10 @@ namespace sluice::proxy {
 class fleet_store {
 public:
     /// Checks the URL and builds the TLS context (rediss://). Errors never quote the URL.
+    /// `limits` (may be null) are split over the live replicas from now on.
     static std::expected<std::shared_ptr<fleet_store>, std::string>
-    create(const config::control_store_settings& s, std::shared_ptr<control> ctl);
+    create(const config::control_store_settings& s, std::shared_ptr<control> ctl,
+           rate_limits* limits);
     ~fleet_store(); ///< stop()
 
     /// Starts the store's thread and waits, at most connect_timeout, for the first read of
@@ -65,6 +73,10 @@ public:
     bool up() const;
     bool fail_closed() const;
     std::uint64_t errors() const;
+    /// Live replicas as last read (0 before the first read).
+    std::uint64_t replicas() const;
+    /// This replica's name in the store: host name and a random suffix.
+    const std::string& replica() const;
 
     struct change {
         enum class outcome {

@@ -13,6 +13,7 @@
 //   sluice_audit_errors_total                     counter, failed audit writes, read at scrape
 //   sluice_control_store_up                       gauge, 1 while the fleet store is read (issue 22)
 //   sluice_control_store_errors_total             counter, store connections lost, failed calls
+//   sluice_control_store_replicas                 gauge, live replicas sharing the store
 //   sluice_ws_messages_total{direction,decision}  counter, one per WebSocket message
 //                                                 (direction up | down, decision allow | deny)
 //   sluice_request_duration_seconds{identity,decision}
@@ -77,9 +78,14 @@ public:
     /// exposing; unset sources read as 0.
     void set_connections_source(std::function<std::int64_t()> f);
     void set_audit_errors_source(std::function<std::uint64_t()> f);
-    /// With a fleet control store (fleet_store.hpp): whether it is up, and its error count
-    /// (sluice_control_store_up, sluice_control_store_errors_total; absent without one).
-    void set_control_store_source(std::function<std::pair<bool, std::uint64_t>()> f);
+    /// With a fleet control store (fleet_store.hpp): sluice_control_store_up,
+    /// sluice_control_store_errors_total and sluice_control_store_replicas (absent without).
+    struct store_status {
+        bool up = false;
+        std::uint64_t errors = 0;
+        std::uint64_t replicas = 0; ///< live replicas the store last listed (this one too)
+    };
+    void set_control_store_source(std::function<store_status()> f);
     /// Pending approvals (issue 7 keeps it current).
     void set_approvals_pending(std::int64_t n) { approvals_pending_.store(n); }
 

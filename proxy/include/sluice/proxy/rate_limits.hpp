@@ -11,6 +11,16 @@
 // changes a limit applies it to the existing bucket (clamped to the new capacity). A
 // rate limit of 0 means unlimited and touches no state.
 //
+// Fleet mode (control_store, fleet_store.hpp, issue 22): the store tells each replica how
+// many replicas are live (N) and how many connections the others hold per identity, once
+// a second. Each replica then admits limit/N of every rate (bucket capacity and refill),
+// so a fleet whose load is spread over its replicas admits the configured rate in all;
+// an identity whose traffic all goes to one replica gets limit/N there (the error is on
+// the side of refusing). One request whose amount exceeds the share but not the whole
+// limit (a large upload) is admitted when the replica's bucket is full, leaving it in
+// debt. Connections count the others' last reported figures: at most the connections
+// opened elsewhere within the last second can go over `max_connections`.
+//
 // Thread safety: every member may be called from any thread (one mutex; the critical
 // sections are a few arithmetic operations).
 #pragma once
@@ -23,6 +33,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace sluice::proxy {
 
@@ -69,6 +81,13 @@ public:
     /// Connections currently held by `identity` (for tests and the flow listing).
     std::uint64_t connections(std::string_view identity) const;
 
+    /// Fleet mode: `replicas` live replicas share every rate (>= 1; 1 = the whole limit
+    /// here), and `remote` holds the connections the other replicas hold per identity.
+    void set_fleet(unsigned replicas, std::unordered_map<std::string, std::uint64_t> remote);
+    /// The connections held here, per identity that holds at least one (what this replica
+    /// reports to the fleet).
+    std::vector<std::pair<std::string, std::uint64_t>> held_connections() const;
+
 private:
     struct bucket {
         double tokens = 0;
@@ -80,11 +99,14 @@ private:
         bucket upload;
         std::uint64_t connections = 0;
     };
-    static std::uint32_t take(bucket& b, double capacity, double amount, clock::time_point now);
+    static std::uint32_t take(bucket& b, double limit, double share, double amount,
+                              clock::time_point now);
     void release_connection(const std::string& identity) noexcept;
 
     mutable std::mutex mu_;
     std::unordered_map<std::string, identity_state> state_;
+    double share_ = 1;                                            // live replicas (fleet mode)
+    std::unordered_map<std::string, std::uint64_t> remote_conns_; // held by the others
 };
 
 } // namespace sluice::proxy

@@ -7,6 +7,7 @@
 #include "sluice/config/settings.hpp"
 #include "sluice/proxy/audit_log.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/proxy/rate_limits.hpp"
 
 #include <cstdint>
 #include <expected>
@@ -56,6 +57,8 @@ public:
     /// Registers every flow with `c` (flow registry, kill switch, approvals: control.hpp).
     /// Call before run().
     void attach_control(std::shared_ptr<control> c);
+    /// Per-identity limits of every flow (fleet mode feeds them: fleet_store.hpp).
+    rate_limits& limits();
     /// The io_context that also serves the admin API (the first of the server's).
     boost::asio::io_context& admin_context();
     /// True while accepting and the audit log is writable (GET /readyz).
