@@ -345,12 +345,13 @@ int cmd_run(int argc, char** argv) {
         stats->set_control_store_source([store] {
             return proxy::metrics::store_status{store->up(), store->errors(), store->replicas()};
         });
-        if (!store->start())
+        const bool have_last_known = std::filesystem::exists(settings->data_dir / "killed.json");
+        if (!store->start(have_last_known))
             spdlog::error("control store not read within {} ms: {}",
                           settings->control_store->connect_timeout.count(),
-                          store->fail_closed() ? "every flow is refused until it is"
-                                               : "serving with the last-known kill switch state "
-                                                 "(killed.json)");
+                          control->store_refusing()
+                              ? "every new flow is refused until it is read"
+                              : "serving with the last-known kill switch state (killed.json)");
     }
     // supervise.webhook: new approval entries are posted to it (webhook.hpp). A reload can
     // set, change or remove it.
@@ -375,10 +376,16 @@ int cmd_run(int argc, char** argv) {
         std::cerr << "sluice: " << w.error() << "\n";
         return 3;
     }
-    control->on_new_approval([hook](std::string json) {
+    // The webhook is posted by the replica that holds the request: once per entry in a
+    // fleet too. With a control store every replica lists it and may decide it.
+    control->on_new_approval([hook, store](std::string json) {
+        if (store)
+            store->publish_approval(json);
         if (auto w = hook->load())
             w->post(std::move(json));
     });
+    if (store)
+        control->on_approval_ended([store](const std::string& id) { store->approval_ended(id); });
     auto exposer = proxy::metrics_exposer::start(stats, settings->metrics_address);
     if (!exposer) {
         std::cerr << "sluice: " << exposer.error() << "\n";
@@ -400,9 +407,17 @@ int cmd_run(int argc, char** argv) {
     boost::asio::io_context signal_ctx(1);
     reloader reloads{*args, server, *stats, {}, {}, {}};
     reloads.loaded = reloads.seen = reloads.current_sig();
-    reloads.on_published = [&use_webhook](const config::settings& s) {
+    reloads.on_published = [&use_webhook,
+                            started = settings->control_store](const config::settings& s) {
         if (auto w = use_webhook(s); !w)
             spdlog::error("reload: {}; approvals are not posted to the new webhook", w.error());
+        // The store is joined once, at start (the URL is not quoted: it holds a password).
+        const auto& now = s.control_store;
+        if (now.has_value() != started.has_value() ||
+            (now && (now->url != started->url || now->key_prefix != started->key_prefix ||
+                     now->fail_closed != started->fail_closed || now->ca_file != started->ca_file)))
+            spdlog::warn("reload: control_store changed; it takes effect at the next restart "
+                         "(the running process keeps the store it started with)");
     };
 
     namespace net = boost::asio;
@@ -412,14 +427,14 @@ int cmd_run(int argc, char** argv) {
                     });
     (*admin)->route(
         "GET", "/readyz", false,
-        [&server, store](proxy::admin_request) -> net::awaitable<proxy::admin_response> {
+        [&server, store, control](proxy::admin_request) -> net::awaitable<proxy::admin_response> {
             if (!server.ready())
                 co_return proxy::admin_error(503, "audit_unavailable",
                                              "not ready: the audit log cannot be written");
-            if (store && !store->up() && store->fail_closed())
+            if (store && control->store_refusing()) // fail_closed, or never read
                 co_return proxy::admin_error(
                     503, "control_store_unavailable",
-                    "not ready: the control store cannot be read (fail_closed)");
+                    "not ready: the control store cannot be read; new flows are refused");
             if (store && !store->up()) // last_known: serving, but say so
                 co_return proxy::admin_response{
                     200, R"({"status":"ready","control_store":"unavailable"})"};

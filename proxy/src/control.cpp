@@ -267,6 +267,11 @@ void control::on_new_approval(std::function<void(std::string)> f) {
     new_approval_ = std::move(f);
 }
 
+void control::on_approval_ended(std::function<void(const std::string& id)> f) {
+    std::lock_guard lock(mutex_);
+    approval_ended_ = std::move(f);
+}
+
 void control::publish_killed_locked() {
     killed_snapshot_.store(std::make_shared<const killed_state>(killed_));
 }
@@ -531,6 +536,20 @@ boost::asio::awaitable<approval_outcome> control::hold(approval_request req, flo
         update_pending_locked();
         notify = new_approval_;
     }
+    // However the hold ends (a return below, or the flow's coroutine destroyed), the entry
+    // stops pending: tell whoever published it.
+    struct on_end {
+        std::function<void(const std::string&)> f;
+        std::string id;
+        ~on_end() {
+            if (f)
+                f(id);
+        }
+    } ended{[this] {
+                std::lock_guard lock(mutex_);
+                return approval_ended_;
+            }(),
+            e->id};
     spdlog::info("flow {}: request held for approval {} ({})", e->req.flow, e->id, e->req.reason);
     if (notify)
         notify(approval_json(info_of(*e, e->created)));
@@ -686,34 +705,54 @@ std::optional<decision_body> parse_decision(const std::string& body) {
 
 void register_control_routes(admin_api& api, std::shared_ptr<control> ctl,
                              std::shared_ptr<fleet_store> store) {
-    api.route("GET", "/v1/approvals", true, [ctl](admin_request) -> net::awaitable<admin_response> {
-        std::string body = "{\"approvals\":[";
-        bool first = true;
-        for (const auto& a : ctl->approvals()) {
-            if (!first)
-                body += ',';
-            first = false;
-            body += approval_json(a);
-        }
-        body += "]}";
-        co_return admin_response{200, std::move(body)};
-    });
+    api.route("GET", "/v1/approvals", true,
+              [ctl, store](admin_request) -> net::awaitable<admin_response> {
+                  std::string body = "{\"approvals\":[";
+                  bool first = true;
+                  for (const auto& a : ctl->approvals()) {
+                      if (!first)
+                          body += ',';
+                      first = false;
+                      body += approval_json(a);
+                  }
+                  std::vector<std::string> remote; // the other replicas' (with "replica")
+                  if (store)
+                      remote = co_await store->remote_approvals();
+                  for (const auto& a : remote) {
+                      if (!first)
+                          body += ',';
+                      first = false;
+                      body += a;
+                  }
+                  body += "]}";
+                  co_return admin_response{200, std::move(body)};
+              });
     for (bool approve : {true, false}) {
         api.route("POST", approve ? "/v1/approvals/{}/approve" : "/v1/approvals/{}/deny", true,
-                  [ctl, approve](admin_request r) -> net::awaitable<admin_response> {
+                  [ctl, store, approve](admin_request r) -> net::awaitable<admin_response> {
                       auto d = parse_decision(r.body);
                       if (!d)
                           co_return admin_error(400, "bad_request",
                                                 "body must be {\"by\": string, \"reason\": "
                                                 "string}, both optional");
                       auto out = ctl->decide(r.params.at(0), approve, d->by, d->reason);
-                      if (!out)
+                      boost::json::object o;
+                      o["id"] = r.params.at(0);
+                      o["decision"] = approve ? "approved" : "denied";
+                      o["by"] = d->by;
+                      // Not held here: another replica may hold it. (No co_await inside a
+                      // condition: GCC 12 miscompiles it.)
+                      bool forwarded = false;
+                      if (!out && store)
+                          forwarded = co_await store->decide_remote(r.params.at(0), approve, d->by,
+                                                                    d->reason);
+                      if (!out && !forwarded)
                           co_return admin_error(404, "unknown_approval",
                                                 "no pending approval with this id");
-                      boost::json::object o;
-                      o["id"] = out->id;
-                      o["decision"] = approve ? "approved" : "denied";
-                      o["by"] = out->by;
+                      if (out)
+                          o["by"] = out->by;
+                      else
+                          o["forwarded"] = true; // held by another replica, which applies it
                       co_return json_response(200, o);
                   });
     }

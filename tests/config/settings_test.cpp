@@ -786,18 +786,18 @@ TEST(settings, supervise_webhook_is_an_http_url_and_never_quoted) {
 TEST(settings, control_store_is_a_redis_url_and_never_quoted) {
     EXPECT_FALSE(load_string(std::string(minimal), "t.yaml")->control_store.has_value());
     ::setenv("SLUICE_TEST_REDIS_URL", "rediss://:s3cret@redis.example:6380/2", 1);
-    auto ok =
-        load_string(std::string(minimal) + "control_store:\n"
-                                           "  redis: {url: \"${SLUICE_TEST_REDIS_URL}\", "
-                                           "key_prefix: \"fleet1:\", tls: {ca_file: ca.pem}}\n"
-                                           "  on_unavailable: fail_closed\n"
-                                           "  connect_timeout: 500ms\n",
-                    "t.yaml");
+    auto ok = load_string(std::string(minimal) +
+                              "control_store:\n"
+                              "  redis: {url: \"${SLUICE_TEST_REDIS_URL}\", "
+                              "key_prefix: \"fleet1:\", tls: {ca_file: /etc/passwd}}\n"
+                              "  on_unavailable: fail_closed\n"
+                              "  connect_timeout: 500ms\n",
+                          "t.yaml");
     ASSERT_TRUE(ok.has_value()) << dump(ok.error());
     ASSERT_TRUE(ok->control_store.has_value());
     EXPECT_EQ(ok->control_store->url, "rediss://:s3cret@redis.example:6380/2");
     EXPECT_EQ(ok->control_store->key_prefix, "fleet1:");
-    EXPECT_EQ(ok->control_store->ca_file, std::filesystem::path("/srv/sluice/ca.pem"));
+    EXPECT_EQ(ok->control_store->ca_file, std::filesystem::path("/etc/passwd"));
     EXPECT_TRUE(ok->control_store->fail_closed);
     EXPECT_EQ(ok->control_store->connect_timeout, std::chrono::milliseconds(500));
 
@@ -806,6 +806,8 @@ TEST(settings, control_store_is_a_redis_url_and_never_quoted) {
         {"redis:///s3cret", "has no host"},
         {"redis://:s3cret@redis.example/zero", "must be a database number"},
         {"redis://:s3cret@redis.example/0?x=1", "must not have a ?query"},
+        {"redis://:s3cret@redis.example:99999/", "has an invalid port"},
+        {"redis://s3cret@redis.example/", "has a user but no password"},
         {"s3cret", "is not an absolute URL"},
     };
     for (const auto& [url, message] : bad) {
@@ -814,6 +816,9 @@ TEST(settings, control_store_is_a_redis_url_and_never_quoted) {
         expect_error(d, message, 5, 30);
         EXPECT_EQ(dump(d).find("s3cret"), std::string::npos) << dump(d);
     }
+    expect_error(errors_of(std::string(minimal) + "control_store: {redis: {url: \"rediss://h\", "
+                                                  "tls: {ca_file: /nonexistent/ca.pem}}}\n"),
+                 "ca_file /nonexistent/ca.pem does not exist", 5, 59);
     expect_error(errors_of(std::string(minimal) + "control_store: {on_unavailable: never}\n"),
                  "control_store needs a redis", 5, 16);
     expect_error(errors_of(std::string(minimal) +

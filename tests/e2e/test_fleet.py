@@ -28,6 +28,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.error
@@ -94,6 +95,13 @@ class redis_server:
             self.proc.wait(timeout=10)
         self.proc = None
 
+    def cli(self, *args):
+        """One redis-cli command against this server (the test's own hand on the store)."""
+        r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.port), "--no-auth-warning",
+                            "-a", PASSWORD, *args], capture_output=True, timeout=10)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.decode()
+
     def url(self, password=PASSWORD):
         scheme = "rediss" if self.tls else "redis"
         return "%s://:%s@%s:%d/0" % (scheme, password, "localhost" if self.tls else "127.0.0.1",
@@ -141,6 +149,10 @@ policies:
     private_destinations: [127.0.0.1/32]
   - identity: "*"
     rules:
+      - hosts: ["localhost"]
+        ports: [{st.origin.port}]
+        path_prefix: /held/
+        action: supervise
       - hosts: ["localhost"]
         ports: [{st.origin.port}]
         action: allow
@@ -234,10 +246,10 @@ control_store:
             t.close()
 
 
-def exchange(t):
+def exchange(t, path="/fleet/"):
     mark = tp.marker()
-    t.sendall(("GET /fleet/%s HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
-               % (mark, st.origin.port)).encode())
+    t.sendall(("GET %s%s HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+               % (path, mark, st.origin.port)).encode())
     r = http.client.HTTPResponse(t, method="GET")
     r.begin()
     body = r.read()
@@ -450,6 +462,86 @@ class fleet_test(unittest.TestCase):
         k.stop()
 
 
+    def held_through(self, r, who):
+        """A GET of /held/<mark> from `who` through `r`, in a thread; returns (thread,
+        result list that gets (status, reason))."""
+        out = []
+        t, status, _ = r.tunnel(who)
+        self.assertEqual(status, 200)
+
+        def run():
+            try:
+                out.append(exchange(t, "/held/"))
+            finally:
+                t.close()
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        return th, out
+
+    def listed_on(self, r, replica_field=True):
+        status, doc = r.admin("GET", "/v1/approvals")
+        self.assertEqual(status, 200, doc)
+        return [a for a in doc["approvals"] if "/held/" in a["url"] and
+                (("replica" in a) == replica_field)]
+
+    def test_6_an_approval_held_by_a_is_listed_and_decided_through_c(self):
+        a, b, c = self.a, self.b, self.c
+        th, out = self.held_through(a, "alpha")
+        entry = poll(lambda: self.listed_on(c), "c to list a's held request")[0]
+        self.assertEqual(entry["identity"], "alpha")
+        self.assertEqual([x["id"] for x in self.listed_on(a, replica_field=False)], [entry["id"]])
+        self.assertGreater(entry["expires_in_ms"], 0)
+        status, doc = c.admin("POST", "/v1/approvals/%s/approve" % entry["id"], {"by": "carol"})
+        self.assertEqual((status, doc["decision"], doc.get("forwarded")), (200, "approved", True))
+        th.join(WAIT_S)
+        self.assertEqual(out, [(200, None)])  # exchange() checks the origin saw it
+        for r in (a, b, c):
+            poll(lambda: not self.listed_on(r) and not self.listed_on(r, False),
+                 "the entry to leave %s's list" % r.name)
+        # Decided once: a second decision anywhere is 404.
+        status, doc = b.admin("POST", "/v1/approvals/%s/deny" % entry["id"])
+        self.assertEqual((status, doc.get("reason")), (404, "unknown_approval"))
+
+        th, out = self.held_through(b, "beta")
+        entry = poll(lambda: self.listed_on(a), "a to list b's held request")[0]
+        status, doc = a.admin("POST", "/v1/approvals/%s/deny" % entry["id"], {"reason": "no"})
+        self.assertEqual((status, doc["decision"]), (200, "denied"))
+        th.join(WAIT_S)
+        self.assertEqual(out, [(403, "approval_denied")])
+        audit = open(os.path.join(b.dir, "audit.jsonl")).read()
+        self.assertIn(entry["id"], audit)
+
+
+    def test_7_a_rewound_store_never_loses_a_kill(self):
+        a, b, c = self.a, self.b, self.c
+        status, doc = a.admin("POST", "/v1/kill", {"identity": "alpha"})
+        self.assertEqual((status, doc["store"]), (200, "shared"), doc)
+        self.everyone_sees({"all": False, "identities": ["alpha"]}, (a, b, c))
+        # As after a restore from a backup or a failover to a lagging replica: the same
+        # state, an older version. A kill made now must still reach every replica.
+        self.store.cli("HSET", "e2e:kill:state", "version", "1")
+        status, doc = b.admin("POST", "/v1/kill", {"identity": "beta"})
+        self.assertEqual((status, doc["store"]), (200, "shared"), doc)
+        both = {"all": False, "identities": ["alpha", "beta"]}
+        self.everyone_sees(both, (a, b, c))
+        # A malformed state is not read as "nothing killed": the kills stay.
+        self.store.cli("HSET", "e2e:kill:state", "ids", "not json")
+        for r in (a, b, c):
+            poll(lambda: r.metric("sluice_control_store_up") == 0.0,
+                 "replica %s to refuse the malformed state" % r.name)
+        self.assertEqual(c.get("beta"), (503, "killed"))
+        self.assertEqual([r.killed() for r in (a, b, c)], [both] * 3)
+        # The next change replaces it, and the replicas write their kills back.
+        self.store.cli("DEL", "e2e:kill:state")
+        for r in (a, b, c):
+            poll(lambda: r.metric("sluice_control_store_up") == 1.0, "the store to be read")
+        self.everyone_sees(both, (a, b, c))
+        for who in ("alpha", "beta"):
+            status, doc = c.admin("POST", "/v1/revive", {"identity": who})
+            self.assertEqual(status, 200, doc)
+        self.everyone_sees({"all": False, "identities": []}, (a, b, c))
+
+
 class fail_closed_test(unittest.TestCase):
     def test_fail_closed_refuses_new_flows_until_the_store_is_read(self):
         store = redis_server("late")  # not started yet: the port is free
@@ -462,6 +554,22 @@ class fail_closed_test(unittest.TestCase):
             poll(lambda: r.get("alpha") == (200, None), "the replica to serve once the store is up")
             status, doc = r.admin("GET", "/readyz")
             self.assertEqual((status, doc), (200, {"status": "ready"}))
+        finally:
+            r.stop()
+            store.stop()
+
+
+    def test_a_replica_that_never_read_the_store_refuses_in_last_known_mode(self):
+        # last_known, but nothing known: no killed.json and no store. Serving would lift
+        # every kill the fleet holds, so it refuses until the store is read.
+        store = redis_server("never")
+        r = replica("nk", store.url()).start()
+        try:
+            self.assertEqual(r.get("alpha"), (503, "control_store_unavailable"))
+            status, doc = r.admin("GET", "/readyz")
+            self.assertEqual((status, doc.get("reason")), (503, "control_store_unavailable"))
+            store.start()
+            poll(lambda: r.get("alpha") == (200, None), "the replica to serve once it read")
         finally:
             r.stop()
             store.stop()

@@ -4,6 +4,8 @@
 
 #include <boost/url/parse.hpp>
 
+#include <string>
+#include <system_error>
 #include <utility>
 
 namespace sluice::config {
@@ -48,8 +50,13 @@ void loader::redis_store(const YAML::Node& n, control_store_settings& cs) {
                 w_.error(*u, "control_store.redis.url must be a redis:// or rediss:// URL");
             } else if (url->host().empty()) {
                 w_.error(*u, "control_store.redis.url has no host");
-            } else if (url->has_port() && (url->port_number() == 0)) {
-                w_.error(*u, "control_store.redis.url has an invalid port");
+            } else if (url->has_port() && (url->port().empty() || url->port().size() > 5 ||
+                                           std::stoul(std::string(url->port())) == 0 ||
+                                           std::stoul(std::string(url->port())) > 65535)) {
+                w_.error(*u, "control_store.redis.url has an invalid port (1-65535)");
+            } else if (url->has_userinfo() && !url->has_password()) {
+                w_.error(*u, "control_store.redis.url has a user but no password (a password "
+                             "alone is written redis://:PASSWORD@host)");
             } else if (auto p = url->path();
                        !p.empty() && p != "/" && p.find_first_not_of("/0123456789") != p.npos) {
                 w_.error(*u, "control_store.redis.url's path must be a database number (/0)");
@@ -69,8 +76,13 @@ void loader::redis_store(const YAML::Node& n, control_store_settings& cs) {
     if (auto* t = m->get("tls")) {
         auto tm = w_.map(*t, "control_store.redis.tls", {"ca_file"}, true);
         if (tm) {
-            if (auto* c = tm->get("ca_file"))
+            if (auto* c = tm->get("ca_file")) {
                 cs.ca_file = path(*c, "control_store.redis.tls.ca_file");
+                std::error_code ec;
+                if (cs.ca_file && !fs::exists(*cs.ca_file, ec))
+                    w_.error(*c, "control_store.redis.tls.ca_file " + cs.ca_file->string() +
+                                     " does not exist");
+            }
         }
     }
 }

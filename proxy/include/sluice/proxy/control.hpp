@@ -171,6 +171,9 @@ public:
     /// `new_approval` is called (on the holding flow's thread, must not block) with each new
     /// entry as JSON, e.g. to post a webhook.
     void on_new_approval(std::function<void(std::string json)> f);
+    /// `f` is called (on the holding flow's thread, must not block) with the id of each
+    /// entry that stops pending, however it ended (fleet_store withdraws it from the store).
+    void on_approval_ended(std::function<void(const std::string& id)> f);
 
     // --- flow registry -----------------------------------------------------------------
     /// Registers a live client connection running on `executor` (call on that executor).
@@ -251,6 +254,7 @@ private:
     std::uint64_t approval_salt_ = 0;
     std::shared_ptr<metrics> metrics_;
     std::function<void(std::string)> new_approval_;
+    std::function<void(const std::string&)> approval_ended_;
 };
 
 /// Registers GET /v1/approvals, POST /v1/approvals/{}/approve|deny, GET /v1/flows,

@@ -15,7 +15,8 @@
 //
 // Replicas:
 // - start() reads the state before the proxy port opens (bounded by connect_timeout); a
-//   replica that starts after a kill refuses the identity from its first request.
+//   replica that starts after a kill refuses the identity from its first request. One
+//   that cannot read it and has no killed.json refuses every flow until it can.
 // - Each replica subscribes to the channel: a kill made on any replica closes the
 //   identity's live flows on every replica when the message arrives (one round trip).
 // - Every second the state is read again (the heartbeat): a lost message, a lost
@@ -50,6 +51,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sluice::proxy {
 
@@ -64,9 +66,12 @@ public:
 
     /// Starts the store's thread and waits, at most connect_timeout, for the first read of
     /// the shared state (applied to `ctl` before this returns). False when the store
-    /// could not be read in time: the replica serves with killed.json (last_known) or
-    /// refuses every flow until the store is read (fail_closed); the thread keeps trying.
-    bool start();
+    /// could not be read in time: the replica serves with killed.json (last_known,
+    /// `have_last_known`: the file existed at start) or refuses every new flow with 503
+    /// `control_store_unavailable` until the store is read (fail_closed, or no killed.json:
+    /// a replica that never read the fleet's state has nothing to enforce); the thread
+    /// keeps trying.
+    bool start(bool have_last_known);
     /// Stops the thread (idempotent).
     void stop();
 
@@ -91,6 +96,27 @@ public:
     boost::asio::awaitable<change> kill(std::optional<std::string> identity);
     /// Lifts a kill across the fleet; `unavailable` while the store cannot be written.
     boost::asio::awaitable<change> revive(std::optional<std::string> identity);
+
+    // --- approvals across replicas ---------------------------------------------------
+    // A held request stays in the replica that holds its connection; its entry (as
+    // GET /v1/approvals lists it: redacted URL, fingerprints, never a secret) is published
+    // in <p>approval:<id> (expiring with the hold) and <p>approvals (ids by expiry), so
+    // any replica lists it; a decision made on another replica is published on <p>decide
+    // and applied by the holder. While the store is down, entries are listed and decided
+    // on their holder only.
+
+    /// Publishes a new pending entry (approval_json). Returns at once; any thread.
+    void publish_approval(std::string json);
+    /// Withdraws a published entry (decided, timed out, withdrawn, killed). Any thread.
+    void approval_ended(std::string id);
+    /// The entries other replicas hold, each the listed JSON object plus "replica", with
+    /// age_ms and expires_in_ms as of now (the store's clock). Empty while it is down.
+    boost::asio::awaitable<std::vector<std::string>> remote_approvals();
+    /// Decides an entry another replica holds. True when it was pending in the store
+    /// (then claimed: a second decision finds nothing); the holder resumes the request
+    /// when the message reaches it.
+    boost::asio::awaitable<bool> decide_remote(std::string id, bool approve, std::string by,
+                                               std::string reason);
 
     struct impl;
 

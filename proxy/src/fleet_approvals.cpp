@@ -1,0 +1,198 @@
+// Approvals across the replicas of a fleet (fleet_store.hpp, issue 22): entries are
+// published where every replica can list them, and a decision made on any replica reaches
+// the one that holds the request.
+//
+// Keys (prefix <p>): <p>approval:<id> holds "<published ms>\n<entry JSON>" and expires
+// with the hold; <p>approvals is a sorted set of ids by expiry (ms, the store's clock).
+// Decisions are published on <p>decide as {"id", "approve", "by", "reason"}.
+#include "fleet_store_impl.hpp"
+
+namespace sluice::proxy {
+
+namespace {
+
+// KEYS: approvals, approval:<id>. ARGV: id, entry JSON, time to live (ms).
+constexpr std::string_view add_script = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('SET', KEYS[2], tostring(now) .. '\n' .. ARGV[2], 'PX', ARGV[3])
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+return 1
+)lua";
+
+// KEYS: approvals. ARGV: prefix. Returns [now, expiry, value, expiry, value, ...].
+constexpr std::string_view list_script = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local ids = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local out = {tostring(now)}
+for i = 1, #ids, 2 do
+  local v = redis.call('GET', ARGV[1] .. 'approval:' .. ids[i])
+  if v then out[#out + 1] = ids[i + 1]; out[#out + 1] = v end
+end
+return out
+)lua";
+
+// KEYS: approvals, approval:<id>, decide channel. ARGV: id, decision JSON. Claims the
+// entry (one decision wins) and tells every replica; 0 when it is not pending.
+constexpr std::string_view decide_script = R"lua(
+if redis.call('DEL', KEYS[2]) == 0 then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('PUBLISH', KEYS[3], ARGV[2])
+return 1
+)lua";
+
+std::uint64_t to_u64(std::string_view s) {
+    std::uint64_t v = 0;
+    std::from_chars(s.data(), s.data() + s.size(), v);
+    return v;
+}
+
+// A JSON number as parsed (Boost.JSON keeps non-negative integers as int64); 0 otherwise.
+std::uint64_t json_u64(const boost::json::value* v) {
+    if (v == nullptr)
+        return 0;
+    if (v->is_uint64())
+        return v->as_uint64();
+    if (v->is_int64() && v->as_int64() > 0)
+        return static_cast<std::uint64_t>(v->as_int64());
+    return 0;
+}
+
+// Approval ids are sluice's own ("ap-" and hex); anything else never names a key.
+bool plausible_id(std::string_view id) {
+    return !id.empty() && id.size() <= 64 &&
+           id.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == id.npos;
+}
+
+} // namespace
+
+net::awaitable<redis_reply>
+fleet_store::impl::call_once(std::vector<std::vector<std::string>> cmds) {
+    redis_reply last;
+    if (!up.load())
+        co_return last;
+    std::string failure;
+    try {
+        auto link = co_await open_link();
+        for (auto& c : cmds) {
+            last = co_await link->call(std::move(c));
+            if (last.type == redis_reply::kind::error)
+                throw redis_error("the control store refused an approvals command: " + last.str);
+        }
+        co_return last;
+    } catch (const std::exception& e) {
+        failure = fleet_detail::describe(e);
+    }
+    errors.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("control store {}: {}", ep.where(), failure);
+    co_return redis_reply{};
+}
+
+void fleet_store::impl::on_decide_message(std::string_view json) {
+    boost::system::error_code ec;
+    auto v = boost::json::parse(json, ec);
+    const auto* o = ec ? nullptr : v.if_object();
+    const auto* id = o ? o->if_contains("id") : nullptr;
+    const auto* approve = o ? o->if_contains("approve") : nullptr;
+    const auto* by = o ? o->if_contains("by") : nullptr;
+    const auto* reason = o ? o->if_contains("reason") : nullptr;
+    if (!id || !id->is_string() || !approve || !approve->is_bool() || !by || !by->is_string() ||
+        !reason || !reason->is_string()) {
+        spdlog::error("control store: a decision message sluice cannot read");
+        return;
+    }
+    // Every replica gets it; only the holder knows the id (the others find nothing).
+    ctl->decide(std::string(id->as_string()), approve->as_bool(), std::string(by->as_string()),
+                std::string(reason->as_string()));
+}
+
+void fleet_store::publish_approval(std::string json) {
+    boost::system::error_code ec;
+    auto v = boost::json::parse(json, ec);
+    auto* o = ec ? nullptr : v.if_object();
+    const auto* id = o ? o->if_contains("id") : nullptr;
+    const auto* ttl = o ? o->if_contains("expires_in_ms") : nullptr;
+    const auto ttl_ms = json_u64(ttl);
+    if (!id || !id->is_string() || !plausible_id(id->as_string()) || ttl_ms == 0)
+        return;
+    (*o)["replica"] = impl_->replica_id;
+    std::vector<std::string> args{"EVAL",
+                                  std::string(add_script),
+                                  "2",
+                                  impl_->prefix + "approvals",
+                                  impl_->prefix + "approval:" + std::string(id->as_string()),
+                                  std::string(id->as_string()),
+                                  boost::json::serialize(*o),
+                                  std::to_string(ttl_ms)};
+    std::vector<std::vector<std::string>> cmds;
+    cmds.push_back(std::move(args));
+    net::co_spawn(impl_->ctx, impl_->call_once(std::move(cmds)), net::detached);
+}
+
+void fleet_store::approval_ended(std::string id) {
+    if (!plausible_id(id))
+        return;
+    std::vector<std::vector<std::string>> cmds;
+    cmds.push_back({"DEL", impl_->prefix + "approval:" + id});
+    cmds.push_back({"ZREM", impl_->prefix + "approvals", id});
+    net::co_spawn(impl_->ctx, impl_->call_once(std::move(cmds)), net::detached);
+}
+
+net::awaitable<std::vector<std::string>> fleet_store::remote_approvals() {
+    std::vector<std::vector<std::string>> cmds;
+    cmds.push_back(
+        {"EVAL", std::string(list_script), "1", impl_->prefix + "approvals", impl_->prefix});
+    auto r =
+        co_await net::co_spawn(impl_->ctx, impl_->call_once(std::move(cmds)), net::use_awaitable);
+    std::vector<std::string> out;
+    if (r.type != redis_reply::kind::array || r.elements.empty())
+        co_return out; // down, or refused (counted and logged)
+    const auto now = to_u64(r.elements[0].str);
+    for (std::size_t k = 1; k + 1 < r.elements.size(); k += 2) {
+        const auto expires = to_u64(r.elements[k].str);
+        std::string_view value = r.elements[k + 1].str;
+        auto nl = value.find('\n');
+        if (nl == value.npos)
+            continue;
+        const auto published = to_u64(value.substr(0, nl));
+        boost::system::error_code ec;
+        auto v = boost::json::parse(value.substr(nl + 1), ec);
+        auto* o = ec ? nullptr : v.if_object();
+        const auto* replica = o ? o->if_contains("replica") : nullptr;
+        if (!replica || !replica->is_string() || replica->as_string() == impl_->replica_id)
+            continue; // ours are listed from the control itself
+        const auto age_then = json_u64(o->if_contains("age_ms"));
+        (*o)["age_ms"] = age_then + (now > published ? now - published : 0);
+        (*o)["expires_in_ms"] = expires > now ? expires - now : 0;
+        out.push_back(boost::json::serialize(*o));
+    }
+    co_return out;
+}
+
+net::awaitable<bool> fleet_store::decide_remote(std::string id, bool approve, std::string by,
+                                                std::string reason) {
+    auto* i = impl_.get();
+    if (!plausible_id(id))
+        co_return false;
+    boost::json::object d;
+    d["id"] = id;
+    d["approve"] = approve;
+    d["by"] = by;
+    d["reason"] = reason;
+    std::vector<std::string> args{"EVAL",
+                                  std::string(decide_script),
+                                  "3",
+                                  i->prefix + "approvals",
+                                  i->prefix + "approval:" + id,
+                                  i->prefix + "decide",
+                                  id,
+                                  boost::json::serialize(d)};
+    std::vector<std::vector<std::string>> cmds;
+    cmds.push_back(std::move(args));
+    auto r = co_await net::co_spawn(i->ctx, i->call_once(std::move(cmds)), net::use_awaitable);
+    co_return r.type == redis_reply::kind::integer&& r.integer == 1;
+}
+
+} // namespace sluice::proxy
