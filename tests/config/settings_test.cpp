@@ -786,13 +786,13 @@ TEST(settings, supervise_webhook_is_an_http_url_and_never_quoted) {
 TEST(settings, control_store_is_a_redis_url_and_never_quoted) {
     EXPECT_FALSE(load_string(std::string(minimal), "t.yaml")->control_store.has_value());
     ::setenv("SLUICE_TEST_REDIS_URL", "rediss://:s3cret@redis.example:6380/2", 1);
-    auto ok = load_string(std::string(minimal) +
-                              "control_store:\n"
-                              "  redis: {url: \"${SLUICE_TEST_REDIS_URL}\", "
-                              "key_prefix: \"fleet1:\", tls: {ca_file: /etc/passwd}}\n"
-                              "  on_unavailable: fail_closed\n"
-                              "  connect_timeout: 500ms\n",
-                          "t.yaml");
+    auto ok =
+        load_string(std::string(minimal) + "control_store:\n"
+                                           "  redis: {url: \"${SLUICE_TEST_REDIS_URL}\", "
+                                           "key_prefix: \"fleet1:\", tls: {ca_file: /etc/passwd}}\n"
+                                           "  on_unavailable: fail_closed\n"
+                                           "  connect_timeout: 500ms\n",
+                    "t.yaml");
     ASSERT_TRUE(ok.has_value()) << dump(ok.error());
     ASSERT_TRUE(ok->control_store.has_value());
     EXPECT_EQ(ok->control_store->url, "rediss://:s3cret@redis.example:6380/2");
