@@ -36,8 +36,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_proxy as tp  # noqa: E402  (helpers only; its tests are not collected here)
+from test_supervise import WAIT_S, closed_by_peer, poll  # noqa: E402  (bounded waits)
 
-WAIT_S = 15.0  # bound on every poll; never a sleep used for synchronisation
 SRC = {"alpha": "127.0.0.2", "beta": "127.0.0.3", "lim": "127.0.0.4", "con": "127.0.0.5"}
 RATE = 300  # lim's requests_per_minute, for the whole fleet
 PASSWORD = "fleet-pw-" + os.urandom(8).hex()  # must never reach a log line
@@ -48,17 +48,6 @@ class st:
     origin = None
     redis = []      # every redis_server started
     replicas = []   # every replica started
-
-
-def poll(fn, what):
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.05)
 
 
 class redis_server:
@@ -257,17 +246,6 @@ def exchange(t, path="/fleet/"):
         assert st.origin.requests_for(mark), "a 200 that the origin never saw"
         return 200, None
     return r.status, json.loads(body).get("reason")
-
-
-def closed_by_peer(s):
-    """True once `s` sees EOF or a reset (bounded wait)."""
-    s.settimeout(WAIT_S)
-    try:
-        while True:
-            if not s.recv(65536):
-                return True
-    except (ConnectionError, ssl.SSLError, OSError) as e:
-        return not isinstance(e, socket.timeout)
 
 
 def setUpModule():
