@@ -117,13 +117,15 @@ void fleet_store::publish_approval(std::string json) {
     const auto ttl_ms = json_u64(ttl);
     if (!id || !id->is_string() || !plausible_id(id->as_string()) || ttl_ms == 0)
         return;
+    // Copied first: adding a member may move the object's values (`id` points into it).
+    const std::string entry_id(id->as_string());
     (*o)["replica"] = impl_->replica_id;
     std::vector<std::string> args{"EVAL",
                                   std::string(add_script),
                                   "2",
                                   impl_->prefix + "approvals",
-                                  impl_->prefix + "approval:" + std::string(id->as_string()),
-                                  std::string(id->as_string()),
+                                  impl_->prefix + "approval:" + entry_id,
+                                  entry_id,
                                   boost::json::serialize(*o),
                                   std::to_string(ttl_ms)};
     std::vector<std::vector<std::string>> cmds;

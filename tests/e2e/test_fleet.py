@@ -486,7 +486,8 @@ class fleet_test(unittest.TestCase):
         self.assertEqual((status, doc["decision"]), (200, "denied"))
         th.join(WAIT_S)
         self.assertEqual(out, [(403, "approval_denied")])
-        audit = open(os.path.join(b.dir, "audit.jsonl")).read()
+        with open(os.path.join(b.dir, "audit.jsonl")) as f:
+            audit = f.read()
         self.assertIn(entry["id"], audit)
 
 
