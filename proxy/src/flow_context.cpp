@@ -92,4 +92,11 @@ unsigned kill_status(const flow_context& fc) {
     return kill_reason(fc) == "killed" ? 503 : 403;
 }
 
+void abort_socket(tcp::socket& s) {
+    boost::system::error_code ignored;
+    // linger(true, 0): close() discards unsent data and resets the connection (tcp(7)).
+    s.set_option(net::socket_base::linger(true, 0), ignored);
+    s.close(ignored);
+}
+
 } // namespace sluice::proxy

@@ -124,14 +124,17 @@ bool killed_now(const flow_context& fc);
 std::string_view kill_reason(const flow_context& fc);
 unsigned kill_status(const flow_context& fc);
 
-/// A kill closes `s`'s socket (on this flow's thread): every pending read or write on it,
-/// and on any TLS or WebSocket layer above it, ends at once.
+/// Closes `s` abortively (SO_LINGER 0, then close: the peer gets a TCP RST): whatever
+/// is still in the kernel's send buffer is discarded, not delivered. A kill stops work in
+/// flight: an upload already handed to the kernel does not reach the origin, a download
+/// does not go on reaching the agent. Errors are ignored (the socket may be closed).
+void abort_socket(tcp::socket& s);
+
+/// A kill closes `s`'s socket abortively (on this flow's thread): every pending read or
+/// write on it, and on any TLS or WebSocket layer above it, ends at once.
 template <class Stream>
 close_hook close_on_kill(flow_context& fc, Stream& s) {
-    return close_hook(fc.handle.get(), [&s] {
-        boost::system::error_code ignored;
-        beast::get_lowest_layer(s).socket().close(ignored);
-    });
+    return close_hook(fc.handle.get(), [&s] { abort_socket(beast::get_lowest_layer(s).socket()); });
 }
 
 } // namespace sluice::proxy

@@ -22,14 +22,14 @@ struct upstream {
     std::string key; // host:port the stream is connected to
 };
 
-/// A kill closes whichever upstream connection the flow holds at that moment (a slow
-/// origin or a long download is cut as well as the client side).
+/// A kill closes whichever upstream connection the flow holds at that moment, abortively
+/// (a slow origin, a long download or an upload still in the send buffer is cut as well
+/// as the client side).
 template <class Stream>
 close_hook close_on_kill(flow_context& fc, upstream<Stream>& up) {
     return close_hook(fc.handle.get(), [&up] {
-        boost::system::error_code ignored;
         if (up.stream)
-            beast::get_lowest_layer(*up.stream).socket().close(ignored);
+            abort_socket(beast::get_lowest_layer(*up.stream).socket());
     });
 }
 
