@@ -668,14 +668,35 @@ class gateway_test(unittest.TestCase):
     pod's environment (${SLUICE_TOKEN_SHA256_*}), made as deploy/README.md says."""
 
     proc = None
+    redis = None
     tmp = None
+
+    @classmethod
+    def start_redis(cls):
+        """The fleet's control store the ConfigMap names (${SLUICE_REDIS_URL}): a real
+        redis-server on loopback with a password, as the Secret sluice-redis would give."""
+        cls.redis_port, cls.redis_pw = tp.free_port(), uuid.uuid4().hex
+        cls.redis = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(cls.redis_port), "--save", "",
+             "--appendonly", "no", "--dir", cls.tmp, "--requirepass", cls.redis_pw],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        if not tp.wait_for_port(cls.redis_port, cls.redis, tp.START_TIMEOUT_S):
+            raise RuntimeError("redis-server did not start (exit %s)" % cls.redis.poll())
+        return "redis://:%s@127.0.0.1:%d/0" % (cls.redis_pw, cls.redis_port)
+
+    def redis_cli(self, *args):
+        r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.redis_port),
+                            "--no-auth-warning", "-a", self.redis_pw, *args],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.strip()
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(dir=st.tmp)
         cls.tokens = {"patcher": uuid.uuid4().hex + uuid.uuid4().hex,
                       "reviewer": uuid.uuid4().hex + uuid.uuid4().hex}
-        env = tp.client_env()
+        env = tp.client_env(SLUICE_REDIS_URL=cls.start_redis())
         for name, token in cls.tokens.items():
             # printf %s "$TOKEN" | sha256sum | cut -d' ' -f1
             r = subprocess.run("printf %s \"$T\" | sha256sum | cut -d' ' -f1", shell=True,
@@ -718,6 +739,19 @@ class gateway_test(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         tp.stop_run(cls.proc, (), (cls.err,), None)
+        if cls.redis is not None:
+            cls.redis.kill()
+            cls.redis.wait(timeout=30)
+
+    def test_the_gateway_joins_its_control_store(self):
+        # Registered as a live replica (the heartbeat), the kill switch state read; the
+        # store password never reaches the log.
+        deadline = time.monotonic() + tp.START_TIMEOUT_S
+        while self.redis_cli("ZCARD", "sluice:replicas") != "1":
+            self.assertLess(time.monotonic(), deadline, "the gateway never registered")
+            time.sleep(0.05)
+        with open(os.path.join(self.tmp, "stderr"), "rb") as f:
+            self.assertNotIn(self.redis_pw.encode(), f.read())
 
     def curl_as(self, user, token, m):
         proxy = "http://%s:%s@127.0.0.1:%d" % (user, token, self.port)
