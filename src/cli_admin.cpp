@@ -55,7 +55,8 @@ options:
   --reason R         why (approve/deny; recorded with the decision)
 
 exit codes: 0 success, 2 usage or input error, 3 runtime failure (a replica unreachable,
-token refused, API error)
+token refused, API error; kill and revive: unless a replica that answered shares a control
+store, which carries the change to every replica)
 )";
 
 int usage_error(std::string_view cmd, std::string_view message) {
@@ -298,11 +299,18 @@ int switch_command(std::string_view cmd, int argc, char** argv) {
                          s->token, s->opts.timeout);
     std::size_t failures = 0;
     std::int64_t closed = 0;
+    // A replica sharing a control store answered "store": "shared": every replica of the
+    // fleet applies the change through the store, whether or not this command reached it.
+    bool shared = false;
     json::array statuses;
     for (std::size_t i = 0; i < outs.size(); ++i) {
         auto e = replica_status(s->replicas[i], outs[i]);
         if (ok(outs[i])) {
             const auto& b = outs[i].body.as_object();
+            if (const auto* st = b.if_contains("store"); st && st->is_string()) {
+                e["store"] = *st;
+                shared = shared || st->as_string() == "shared";
+            }
             if (auto c = num(b, "closed"); c >= 0) {
                 e["closed"] = c;
                 closed += c;
@@ -319,6 +327,8 @@ int switch_command(std::string_view cmd, int argc, char** argv) {
         json::object o{{is_kill ? "killed" : "revived", what}, {"replicas", statuses}};
         if (is_kill)
             o["closed"] = closed;
+        if (shared)
+            o["store"] = "shared";
         print_json(o);
     } else {
         table t;
@@ -337,6 +347,8 @@ int switch_command(std::string_view cmd, int argc, char** argv) {
                     result += " (NOT saved in the data dir: a restart would undo it)";
             } else {
                 result = "FAILED: " + outs[i].error;
+                if (shared)
+                    result += " (applied there through the control store all the same)";
             }
             t.add({s->replicas[i].label, result});
         }
@@ -349,7 +361,12 @@ int switch_command(std::string_view cmd, int argc, char** argv) {
             if (!ok(outs[i]))
                 std::cerr << "; " << s->replicas[i].label << ": " << outs[i].error;
         std::cerr << "\n";
-        return 3;
+        if (!shared)
+            return 3;
+        // The change is in the store, so the whole fleet has it: the command did what it
+        // was asked; the replicas it could not ask are worth a look (a token, a network).
+        std::cerr << "sluice " << cmd << ": " << (is_kill ? "the kill" : "the revive")
+                  << " is in the control store: every replica sharing it applies it\n";
     }
     return 0;
 }

@@ -310,6 +310,18 @@ int cmd_run(int argc, char** argv) {
     audit_opts.max_size = settings->audit_max_size;
     if (settings->audit_fsync_interval.count() > 0)
         audit_opts.fsync_interval = settings->audit_fsync_interval;
+    // In a fleet every record names the replica that wrote it (its chain), as the store
+    // knows it.
+    std::string replica;
+    if (settings->control_store) {
+        try {
+            replica = proxy::fleet_store::new_replica_name();
+        } catch (const std::exception& e) {
+            std::cerr << "sluice: control_store: " << e.what() << "\n";
+            return 3;
+        }
+        audit_opts.replica = replica;
+    }
     auto audit = proxy::audit_log::open(settings->audit_path, audit_opts);
     if (!audit) {
         std::cerr << "sluice: " << audit.error() << "\n";
@@ -336,7 +348,8 @@ int cmd_run(int argc, char** argv) {
     // the proxy port opens (fleet_store.hpp).
     std::shared_ptr<proxy::fleet_store> store;
     if (settings->control_store) {
-        auto made = proxy::fleet_store::create(*settings->control_store, control, &server.limits());
+        auto made = proxy::fleet_store::create(*settings->control_store, control, &server.limits(),
+                                               replica);
         if (!made) {
             std::cerr << "sluice: control_store: " << made.error() << "\n";
             return 3;

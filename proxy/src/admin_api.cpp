@@ -96,6 +96,7 @@ admin_response admin_error(unsigned status, std::string_view reason, std::string
                        : status == 404 ? "not_found"
                        : status == 405 ? "method_not_allowed"
                        : status < 500  ? "bad_request"
+                       : status == 503 ? "service_unavailable"
                                        : "internal";
     boost::json::object o{{"error", kind}, {"reason", reason}};
     if (!message.empty())

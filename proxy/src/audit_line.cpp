@@ -138,13 +138,15 @@ void put_tail(json_line& j, const audit_record& r) {
 } // namespace
 
 std::string audit_log::line_for(const audit_record& r, std::uint64_t seq, const std::string& prev,
-                                std::string& hash) {
+                                std::string_view replica, std::string& hash) {
     std::string body;
     body.reserve(512 + r.url.size() + 160 * r.findings.size());
     json_line j(body);
     j.open('{');
     j.key("ts").str(rfc3339_ms(std::chrono::system_clock::now()));
     j.key("seq").num(seq);
+    if (!replica.empty())
+        j.key("replica").str(replica);
     if (!r.event.empty())
         j.key("event").str(r.event);
     if (r.completes != 0)

@@ -348,7 +348,7 @@ bool audit_log::commit_locked(const std::vector<const audit_record*>& records,
     for (std::size_t i = 0; i < records.size(); ++i) {
         const audit_record& r = *records[i];
         std::string hash;
-        std::string line = line_for(r, seq + 1, prev, hash);
+        std::string line = line_for(r, seq + 1, prev, options_.replica, hash);
         if (r.event == "start" && left != UINT64_MAX) {
             // Its completion repeats every field and adds counters: the start's size plus
             // a bound for what the end adds.

@@ -4,7 +4,10 @@
 //
 // Keys (prefix <p>): <p>approval:<id> holds "<published ms>\n<entry JSON>" and expires
 // with the hold; <p>approvals is a sorted set of ids by expiry (ms, the store's clock).
-// Decisions are published on <p>decide as {"id", "approve", "by", "reason"}.
+// Decisions are published on <p>decide as {"id", "approve", "by", "reason"}. Whoever decides
+// first takes <p>claim:<id> (SET NX, for a minute: longer than any race between two
+// deciders; the entry is gone once decided): the holder deciding itself and another
+// replica forwarding a decision contend for the same key.
 #include "fleet_store_impl.hpp"
 
 namespace sluice::proxy {
@@ -34,30 +37,35 @@ end
 return out
 )lua";
 
-// KEYS: approvals, approval:<id>, decide channel. ARGV: id, decision JSON. Claims the
-// entry (one decision wins) and tells every replica; 0 when it is not pending.
+// KEYS: approvals, approval:<id>, decide channel, claim:<id>. ARGV: id, decision JSON,
+// this replica, claim time to live (ms). Claims the entry (one decision wins) and tells
+// every replica; 0 when it is not pending or already claimed.
 constexpr std::string_view decide_script = R"lua(
-if redis.call('DEL', KEYS[2]) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
+if not redis.call('SET', KEYS[4], ARGV[3], 'NX', 'PX', ARGV[4]) then return 0 end
+redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('PUBLISH', KEYS[3], ARGV[2])
 return 1
 )lua";
 
-std::uint64_t to_u64(std::string_view s) {
-    std::uint64_t v = 0;
-    std::from_chars(s.data(), s.data() + s.size(), v);
-    return v;
-}
+// KEYS: claim:<id>. ARGV: this replica, time to live (ms). 1 when this replica claimed it.
+constexpr std::string_view claim_script = R"lua(
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+)lua";
 
-// A JSON number as parsed (Boost.JSON keeps non-negative integers as int64); 0 otherwise.
+constexpr std::string_view claim_ttl_ms = "60000";
+
+using fleet_detail::to_u64;
+
+// A non-negative JSON number that fits (Boost.JSON's own conversion); 0 otherwise.
 std::uint64_t json_u64(const boost::json::value* v) {
     if (v == nullptr)
         return 0;
-    if (v->is_uint64())
-        return v->as_uint64();
-    if (v->is_int64() && v->as_int64() > 0)
-        return static_cast<std::uint64_t>(v->as_int64());
-    return 0;
+    boost::system::error_code ec;
+    auto n = v->to_number<std::uint64_t>(ec);
+    return ec ? 0 : n;
 }
 
 // Approval ids are sluice's own ("ap-" and hex); anything else never names a key.
@@ -91,21 +99,13 @@ fleet_store::impl::call_once(std::vector<std::vector<std::string>> cmds) {
 }
 
 void fleet_store::impl::on_decide_message(std::string_view json) {
-    boost::system::error_code ec;
-    auto v = boost::json::parse(json, ec);
-    const auto* o = ec ? nullptr : v.if_object();
-    const auto* id = o ? o->if_contains("id") : nullptr;
-    const auto* approve = o ? o->if_contains("approve") : nullptr;
-    const auto* by = o ? o->if_contains("by") : nullptr;
-    const auto* reason = o ? o->if_contains("reason") : nullptr;
-    if (!id || !id->is_string() || !approve || !approve->is_bool() || !by || !by->is_string() ||
-        !reason || !reason->is_string()) {
+    auto d = fleet_detail::parse_decision_message(json);
+    if (!d) {
         spdlog::error("control store: a decision message sluice cannot read");
         return;
     }
     // Every replica gets it; only the holder knows the id (the others find nothing).
-    ctl->decide(std::string(id->as_string()), approve->as_bool(), std::string(by->as_string()),
-                std::string(reason->as_string()));
+    ctl->decide(d->id, d->approve, std::move(d->by), std::move(d->reason));
 }
 
 void fleet_store::publish_approval(std::string json) {
@@ -154,15 +154,12 @@ net::awaitable<std::vector<std::string>> fleet_store::remote_approvals() {
     const auto now = to_u64(r.elements[0].str);
     for (std::size_t k = 1; k + 1 < r.elements.size(); k += 2) {
         const auto expires = to_u64(r.elements[k].str);
-        std::string_view value = r.elements[k + 1].str;
-        auto nl = value.find('\n');
-        if (nl == value.npos)
+        auto stored = fleet_detail::parse_stored_approval(r.elements[k + 1].str);
+        if (!stored)
             continue;
-        const auto published = to_u64(value.substr(0, nl));
-        boost::system::error_code ec;
-        auto v = boost::json::parse(value.substr(nl + 1), ec);
-        auto* o = ec ? nullptr : v.if_object();
-        const auto* replica = o ? o->if_contains("replica") : nullptr;
+        const auto published = stored->published_ms;
+        auto* o = &stored->entry;
+        const auto* replica = o->if_contains("replica");
         if (!replica || !replica->is_string() || replica->as_string() == impl_->replica_id)
             continue; // ours are listed from the control itself
         const auto age_then = json_u64(o->if_contains("age_ms"));
@@ -185,16 +182,31 @@ net::awaitable<bool> fleet_store::decide_remote(std::string id, bool approve, st
     d["reason"] = reason;
     std::vector<std::string> args{"EVAL",
                                   std::string(decide_script),
-                                  "3",
+                                  "4",
                                   i->prefix + "approvals",
                                   i->prefix + "approval:" + id,
                                   i->prefix + "decide",
+                                  i->prefix + "claim:" + id,
                                   id,
-                                  boost::json::serialize(d)};
+                                  boost::json::serialize(d),
+                                  i->replica_id,
+                                  std::string(claim_ttl_ms)};
     std::vector<std::vector<std::string>> cmds;
     cmds.push_back(std::move(args));
     auto r = co_await net::co_spawn(i->ctx, i->call_once(std::move(cmds)), net::use_awaitable);
     co_return r.type == redis_reply::kind::integer&& r.integer == 1;
+}
+
+net::awaitable<bool> fleet_store::claim_local(std::string id) {
+    auto* i = impl_.get();
+    if (!plausible_id(id))
+        co_return true; // never published: decided here alone
+    std::vector<std::vector<std::string>> cmds;
+    cmds.push_back({"EVAL", std::string(claim_script), "1", i->prefix + "claim:" + id,
+                    i->replica_id, std::string(claim_ttl_ms)});
+    auto r = co_await net::co_spawn(i->ctx, i->call_once(std::move(cmds)), net::use_awaitable);
+    // Nil: the store is down (or failed, counted and logged): the holder decides alone.
+    co_return r.type != redis_reply::kind::integer || r.integer == 1;
 }
 
 } // namespace sluice::proxy

@@ -19,27 +19,27 @@ using fleet_detail::random_hex;
 fleet_store::fleet_store(std::unique_ptr<impl> i)
     : impl_(std::move(i)) {}
 
+std::string fleet_store::new_replica_name() {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0)
+        host[0] = '\0';
+    return std::string(host) + "-" + random_hex().substr(0, 8);
+}
+
 fleet_store::~fleet_store() {
     stop();
 }
 
 std::expected<std::shared_ptr<fleet_store>, std::string>
 fleet_store::create(const config::control_store_settings& s, std::shared_ptr<control> ctl,
-                    rate_limits* limits) {
+                    rate_limits* limits, std::string replica) {
     auto ep = redis_endpoint::parse(s.url);
     if (!ep)
         return std::unexpected(ep.error());
     auto i = std::make_unique<impl>();
     i->ctl = std::move(ctl);
     i->limits = limits;
-    char host[256] = {};
-    if (::gethostname(host, sizeof host - 1) != 0)
-        host[0] = '\0';
-    try {
-        i->replica_id = std::string(host) + "-" + random_hex().substr(0, 8);
-    } catch (const std::exception& e) {
-        return std::unexpected(std::string(e.what()));
-    }
+    i->replica_id = std::move(replica);
     i->ep = std::move(*ep);
     i->prefix = s.key_prefix;
     i->fail_closed = s.fail_closed;

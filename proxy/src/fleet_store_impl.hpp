@@ -6,7 +6,10 @@
 
 #include "sluice/proxy/fleet_store.hpp"
 
+#include "fleet_wire.hpp"
 #include "redis_link.hpp"
+
+#include "sluice/detectors/text.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -122,25 +125,6 @@ return out
 // connections it reported expire with it.
 constexpr auto replica_ttl = 3s;
 
-struct shared_state {
-    std::string epoch; ///< "" = the store holds no state
-    std::uint64_t version = 0;
-    killed_state killed;
-};
-
-inline std::optional<shared_state> from_strings(const std::vector<std::string>& v) {
-    if (v.size() < 3)
-        return std::nullopt;
-    shared_state s;
-    s.epoch = v[0];
-    auto [end, ec] = std::from_chars(v[1].data(), v[1].data() + v[1].size(), s.version);
-    if (ec != std::errc{} || end != v[1].data() + v[1].size() || (v[2] != "0" && v[2] != "1"))
-        return std::nullopt;
-    s.killed.all = v[2] == "1";
-    s.killed.identities.assign(v.begin() + 3, v.end());
-    return s;
-}
-
 inline std::optional<shared_state> from_reply(const redis_reply& r) {
     if (r.type != redis_reply::kind::array)
         return std::nullopt;
@@ -153,31 +137,12 @@ inline std::optional<shared_state> from_reply(const redis_reply& r) {
     return from_strings(v);
 }
 
-inline std::optional<shared_state> from_message(std::string_view json) {
-    boost::system::error_code ec;
-    auto doc = boost::json::parse(json, ec);
-    if (ec || !doc.is_array())
-        return std::nullopt;
-    std::vector<std::string> v;
-    for (const auto& e : doc.as_array()) {
-        if (!e.is_string())
-            return std::nullopt;
-        v.emplace_back(e.as_string());
-    }
-    return from_strings(v);
-}
-
+// 16 random hex digits (an epoch id, a replica name's suffix).
 inline std::string random_hex() {
     unsigned char b[8];
     if (RAND_bytes(b, sizeof b) != 1)
         throw redis_error("no randomness for the control store epoch");
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned char c : b) {
-        out += hex[c >> 4];
-        out += hex[c & 15];
-    }
-    return out;
+    return text::to_hex({reinterpret_cast<const char*>(b), sizeof b});
 }
 
 // What went wrong, for a log line: the error's own message without Boost's source
@@ -233,14 +198,11 @@ struct fleet_store::impl {
     net::io_context ctx{1};
 
     std::vector<std::string> eval_args(std::string_view op, std::string_view who) const {
-        return {"EVAL",
-                std::string(fleet_detail::kill_script),
-                "2",
-                prefix + "kill:state",
-                prefix + "kill",
-                std::string(op),
-                std::string(who),
-                fleet_detail::random_hex()};
+        return {"EVAL", std::string(fleet_detail::kill_script), "2", prefix + "kill:state",
+                prefix + "kill", std::string(op), std::string(who),
+                // A new epoch is used only by a write that finds no state; a read (every
+                // replica, every second) needs none.
+                op == "read" ? std::string() : fleet_detail::random_hex()};
     }
 
     net::awaitable<shared_state> eval(redis_link& link, std::string_view op, std::string_view who) {
@@ -398,16 +360,10 @@ struct fleet_store::impl {
         if (r.type != redis_reply::kind::array || r.elements.empty())
             throw redis_error("the control store refused the replica heartbeat" +
                               (r.type == redis_reply::kind::error ? ": " + r.str : ""));
-        std::uint64_t live = 0;
+        const std::uint64_t live = fleet_detail::to_u64(r.elements[0].str);
         std::unordered_map<std::string, std::uint64_t> remote;
-        std::from_chars(r.elements[0].str.data(),
-                        r.elements[0].str.data() + r.elements[0].str.size(), live);
-        for (std::size_t i = 1; i + 1 < r.elements.size(); i += 2) {
-            std::uint64_t n = 0;
-            const auto& v = r.elements[i + 1].str;
-            std::from_chars(v.data(), v.data() + v.size(), n);
-            remote[r.elements[i].str] += n;
-        }
+        for (std::size_t i = 1; i + 1 < r.elements.size(); i += 2)
+            remote[r.elements[i].str] += fleet_detail::to_u64(r.elements[i + 1].str);
         replicas.store(live);
         limits->set_fleet(static_cast<unsigned>(std::max<std::uint64_t>(1, live)),
                           std::move(remote));

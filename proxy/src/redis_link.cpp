@@ -7,7 +7,6 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
-#include <boost/url/parse.hpp>
 
 #include <hiredis/hiredis.h>
 #include <openssl/ssl.h>
@@ -21,35 +20,6 @@ namespace sluice::proxy {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 using tcp = net::ip::tcp;
-
-std::expected<redis_endpoint, std::string> redis_endpoint::parse(std::string_view url) {
-    auto u = boost::urls::parse_uri(url);
-    if (!u)
-        return std::unexpected("the control store URL is not an absolute URL");
-    redis_endpoint ep;
-    if (u->scheme() == "rediss")
-        ep.tls = true;
-    else if (u->scheme() != "redis")
-        return std::unexpected("the control store URL must be redis:// or rediss://");
-    ep.host = u->host_address();
-    if (ep.host.empty())
-        return std::unexpected("the control store URL has no host");
-    if (u->has_port())
-        ep.port = u->port();
-    if (u->has_userinfo()) {
-        ep.user = u->user();
-        ep.password = u->password();
-    }
-    std::string_view path = u->encoded_path();
-    while (!path.empty() && path.front() == '/')
-        path.remove_prefix(1);
-    if (!path.empty()) {
-        auto [end, ec] = std::from_chars(path.data(), path.data() + path.size(), ep.db);
-        if (ec != std::errc{} || end != path.data() + path.size())
-            return std::unexpected("the control store URL's path must be a database number");
-    }
-    return ep;
-}
 
 struct redis_link::impl {
     std::optional<beast::tcp_stream> plain;

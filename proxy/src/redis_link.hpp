@@ -16,6 +16,8 @@
 // Threads: a link is used from one coroutine chain at a time (one executor, no strand).
 #pragma once
 
+#include "fleet_wire.hpp" // redis_endpoint
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ssl/context.hpp>
@@ -37,21 +39,6 @@ struct redis_reply {
     std::string str;                   ///< string, status or error text
     long long integer = 0;             ///< integer
     std::vector<redis_reply> elements; ///< array
-};
-
-/// What a redis:// or rediss:// URL names (config/sections/control_store.cpp checks the
-/// shape at load time; parse() repeats the checks for callers that did not).
-struct redis_endpoint {
-    std::string host;
-    std::string port = "6379";
-    bool tls = false;
-    std::string user;     ///< "" = the default user
-    std::string password; ///< "" = no AUTH
-    unsigned db = 0;
-    /// The error names what is wrong, never the URL (it may hold the password).
-    static std::expected<redis_endpoint, std::string> parse(std::string_view url);
-    /// "host:port" (for logs: no user, no password).
-    std::string where() const { return host + ":" + port; }
 };
 
 class redis_error : public std::runtime_error {

@@ -357,7 +357,8 @@ class fleet_test(unittest.TestCase):
         # last_known: the kill stays in force; nothing is revived; a kill still applies.
         self.assertEqual(c.get("beta"), (503, "killed"))
         status, doc = b.admin("POST", "/v1/revive", {"identity": "beta"})
-        self.assertEqual((status, doc.get("reason")), (503, "control_store_unavailable"), doc)
+        self.assertEqual((status, doc.get("error"), doc.get("reason")),
+                         (503, "service_unavailable", "control_store_unavailable"), doc)
         self.assertEqual(b.get("beta"), (503, "killed"))
         status, doc = c.admin("POST", "/v1/kill", {"identity": "alpha"})
         self.assertEqual((status, doc["store"]), (200, "pending"), doc)
@@ -519,6 +520,65 @@ class fleet_test(unittest.TestCase):
             status, doc = c.admin("POST", "/v1/revive", {"identity": who})
             self.assertEqual(status, 200, doc)
         self.everyone_sees({"all": False, "identities": []}, (a, b, c))
+
+
+    def test_8_one_decision_wins_when_the_holder_and_another_replica_decide_at_once(self):
+        a, c = self.a, self.c
+        for round_ in range(3):
+            th, out = self.held_through(a, "alpha")
+            entry = poll(lambda: self.listed_on(c), "c to list a's held request")[0]
+            answers = {}
+            go = threading.Barrier(2)
+
+            def decide(r, verdict):
+                go.wait(WAIT_S)
+                answers[r.name] = r.admin("POST", "/v1/approvals/%s/%s" % (entry["id"], verdict))
+            deciders = [threading.Thread(target=decide, args=(a, "approve")),
+                        threading.Thread(target=decide, args=(c, "deny"))]
+            for t in deciders:
+                t.start()
+            for t in deciders:
+                t.join(WAIT_S)
+            th.join(WAIT_S)
+            won = [n for n, (status, _) in answers.items() if status == 200]
+            lost = [n for n, (status, doc) in answers.items()
+                    if (status, doc.get("reason")) == (404, "unknown_approval")]
+            self.assertEqual((len(won), len(lost)), (1, 1), (round_, answers))
+            # What the agent got is what the winner was told.
+            self.assertEqual(out, [(200, None)] if won == ["a"] else [(403, "approval_denied")],
+                             (round_, answers))
+
+    def test_9_a_kill_through_the_cli_holds_even_where_a_replica_refuses_the_token(self):
+        a, b, c = self.a, self.b, self.c
+        # Each replica made its own admin token; a's is wrong for b. The kill reaches b all
+        # the same, through the store, and the command says so and succeeds.
+        urls = "http://127.0.0.1:%d,http://127.0.0.1:%d" % (a.admin_port, b.admin_port)
+        token = os.path.join(a.dir, "admin.token")
+        for cmd, killed in (("kill", ["alpha"]), ("revive", [])):
+            r = subprocess.run([tp.sluice_binary(), cmd, "alpha", "--admin", urls,
+                                "--token-file", token], capture_output=True, timeout=60,
+                               env=tp.client_env())
+            err = r.stderr.decode()
+            self.assertEqual(r.returncode, 0, (cmd, r.stdout, err))
+            self.assertIn("1 of 2 replica(s) failed", err)
+            self.assertIn("is in the control store", err)
+            self.everyone_sees({"all": False, "identities": killed}, (a, b, c))
+
+    def test_10_every_record_names_the_replica_that_wrote_its_chain(self):
+        names = {}
+        for r in (self.a, self.b, self.c):
+            self.assertEqual(r.get("beta"), (200, None))
+            path = os.path.join(r.dir, "audit.jsonl")
+            with open(path) as f:
+                recs = [json.loads(line) for line in f if line.strip()]
+            seen = {x.get("replica") for x in recs}
+            self.assertEqual(len(seen), 1, (r.name, seen))
+            names[r.name] = seen.pop()
+            self.assertTrue(names[r.name].startswith(socket.gethostname() + "-"), names)
+            v = subprocess.run([tp.sluice_binary(), "audit", "verify", path],
+                               capture_output=True, timeout=60)
+            self.assertEqual(v.returncode, 0, v.stderr)
+        self.assertEqual(len(set(names.values())), 3, names)
 
 
 class fail_closed_test(unittest.TestCase):

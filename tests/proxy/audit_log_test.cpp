@@ -99,6 +99,42 @@ TEST(audit_log_test, hash_chain_links_records_and_covers_their_content) {
     fs::remove_all(dir);
 }
 
+TEST(audit_log_test, a_fleet_replica_names_itself_in_every_record_under_the_hash) {
+    auto dir = temp_dir();
+    sluice::proxy::audit_options o;
+    o.replica = "gw-7f9c-0a1b2c3d";
+    {
+        auto log = audit_log::open(dir / "audit.jsonl", o);
+        ASSERT_TRUE(log.has_value()) << log.error();
+        ASSERT_TRUE((*log)->append(sample("allow")));
+        ASSERT_TRUE((*log)->append(sample("deny")));
+    }
+    {
+        // Without a replica (no control store) the member is not written at all.
+        auto log = audit_log::open(dir / "audit.jsonl", true);
+        ASSERT_TRUE(log.has_value()) << log.error();
+        ASSERT_TRUE((*log)->append(sample("allow")));
+    }
+    auto recs = read_records(dir / "audit.jsonl");
+    ASSERT_EQ(recs.size(), 3u);
+    EXPECT_EQ(recs[0].at("replica").as_string(), "gw-7f9c-0a1b2c3d");
+    EXPECT_EQ(recs[1].at("replica").as_string(), "gw-7f9c-0a1b2c3d");
+    EXPECT_FALSE(recs[2].contains("replica"));
+    // The name is covered by the chain: changing it breaks verification.
+    EXPECT_TRUE(sluice::proxy::verify_audit_chain({dir / "audit.jsonl"}).ok);
+    std::ifstream in(dir / "audit.jsonl");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    in.close();
+    auto at = text.find("gw-7f9c-0a1b2c3d");
+    ASSERT_NE(at, std::string::npos);
+    text[at] = 'G';
+    std::ofstream(dir / "audit.jsonl", std::ios::binary | std::ios::trunc) << text;
+    auto v = sluice::proxy::verify_audit_chain({dir / "audit.jsonl"});
+    EXPECT_FALSE(v.ok);
+    EXPECT_EQ(v.what, "changed");
+    fs::remove_all(dir);
+}
+
 TEST(audit_log_test, reopening_continues_seq_and_chain) {
     auto dir = temp_dir();
     {
@@ -163,7 +199,9 @@ TEST(audit_log_test, redact_query_replaces_every_value_and_keeps_names) {
 // included, so readers and the chain see canonical JSON.
 TEST(audit_log_test, lines_are_canonical_json_with_every_member_and_escape) {
     auto dir = temp_dir();
-    auto log = audit_log::open(dir / "audit.jsonl", true);
+    sluice::proxy::audit_options o;
+    o.replica = "pod \"q\"-0a1b2c3d"; // escaped like every other string member
+    auto log = audit_log::open(dir / "audit.jsonl", o);
     ASSERT_TRUE(log.has_value());
     audit_record r = sample("supervise_approved");
     r.identity = "team \"a\" \\ b";
@@ -205,6 +243,7 @@ TEST(audit_log_test, lines_are_canonical_json_with_every_member_and_escape) {
     EXPECT_EQ(recs[0].at("findings").as_array().size(), 2u);
     EXPECT_EQ(recs[0].at("credentials").as_array().at(1).as_string(), "a\\b");
     EXPECT_EQ(recs[0].at("completes").as_int64(), 7);
+    EXPECT_EQ(recs[0].at("replica").as_string(), o.replica);
     EXPECT_TRUE(recs[1].at("identity").is_null());
     EXPECT_FALSE(recs[1].at("inspected").as_bool());
     EXPECT_FALSE(recs[1].contains("approval"));

@@ -55,6 +55,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -127,6 +128,10 @@ struct audit_options {
     /// file system and the process's RLIMIT_FSIZE) beyond the start, its completion and
     /// the completions reserved by every open start. 0 = no check.
     std::uint64_t headroom = 64 << 10;
+    /// Written as "replica" in every record when not empty: the fleet replica that wrote
+    /// it (control_store; fleet_store.hpp names it), so records shipped from many pods to
+    /// one store say which chain they belong to. Covered by the record's hash.
+    std::string replica;
 };
 
 class audit_log {
@@ -197,9 +202,10 @@ private:
     bool rotate_locked();
     void sync_loop();
     void writer_loop();
-    /// Serialises `r` as record `seq` after `prev`; `hash` receives its hash.
+    /// Serialises `r` as record `seq` after `prev` (with `replica` when not empty); `hash`
+    /// receives its hash.
     static std::string line_for(const audit_record& r, std::uint64_t seq, const std::string& prev,
-                                std::string& hash);
+                                std::string_view replica, std::string& hash);
     /// Appends `records` in order (rotating as due), then syncs once with fsync_always.
     /// `seqs` receives each record's seq, 0 where it was not written. False when the
     /// batch could not be written (every seq 0).

@@ -271,8 +271,8 @@ private:
 ///
 /// With a fleet store (`store` non-null, fleet_store.hpp) kill and revive go through it:
 /// kill adds "store": "shared" (every replica applies it) or "pending" (applied here, the
-/// store is down: written when it is back); revive while the store is down is 503
-/// `control_store_unavailable` and lifts nothing.
+/// store is down: written when it is back), revive "store": "shared"; revive while the
+/// store is down is 503 `control_store_unavailable` and lifts nothing (kills stay).
 void register_control_routes(admin_api& api, std::shared_ptr<control> ctl,
                              std::shared_ptr<fleet_store> store = nullptr);
 

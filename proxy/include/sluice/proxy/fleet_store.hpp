@@ -57,11 +57,17 @@ namespace sluice::proxy {
 
 class fleet_store {
 public:
+    /// A name for this process in the store: the host name (a pod's name) and 8 random
+    /// hex digits, so that two processes on one host never share one. Also written in
+    /// every audit record as "replica" (audit_options::replica). Throws std::runtime_error
+    /// when the system has no randomness.
+    static std::string new_replica_name();
     /// Checks the URL and builds the TLS context (rediss://). Errors never quote the URL.
-    /// `limits` (may be null) are split over the live replicas from now on.
+    /// `limits` (may be null) are split over the live replicas from now on. `replica`
+    /// names this process in the store (new_replica_name()).
     static std::expected<std::shared_ptr<fleet_store>, std::string>
     create(const config::control_store_settings& s, std::shared_ptr<control> ctl,
-           rate_limits* limits);
+           rate_limits* limits, std::string replica);
     ~fleet_store(); ///< stop()
 
     /// Starts the store's thread and waits, at most connect_timeout, for the first read of
@@ -117,6 +123,13 @@ public:
     /// when the message reaches it.
     boost::asio::awaitable<bool> decide_remote(std::string id, bool approve, std::string by,
                                                std::string reason);
+    /// Claims an entry this replica holds before it is decided here. One decision wins
+    /// across the fleet: decide_remote() claims the same key, so of two decisions made at
+    /// once on the holder and on another replica exactly one is applied and answered 200.
+    /// False when another replica's decision came first (it reaches the holder through
+    /// the store); true when this replica claimed it, and while the store is down (then
+    /// entries are decided on their holder only).
+    boost::asio::awaitable<bool> claim_local(std::string id);
 
     struct impl;
 
