@@ -2,7 +2,7 @@
 // (declared by Content-Encoding, or recognised by its magic anywhere in the raw bytes)
 // is found before the raw bytes that carry it are released, whatever the window size;
 // a malformed declared coding is 400 bad_encoding; a clean body is released whole.
-#include "../variants/coders.hpp"
+#include "variants/coders.hpp"
 
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"

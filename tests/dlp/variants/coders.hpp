@@ -1,4 +1,4 @@
-// Test-side encoders for the decoder leftover tests (tests/variants, tests/dlp): real
+// Test-side encoders for the decoder leftover tests (tests/dlp/variants, tests/dlp): real
 // zlib, libzstd and libbrotlienc, plus the byte layouts the specifications give for the
 // parts a decoder skips (gzip header fields, RFC 1952 section 2.3.1; zstd skippable
 // frames, RFC 8878 section 3.1.2), so each test can put a secret exactly there.

@@ -6,7 +6,7 @@
 // CONTRACT.md documents. The whole pipeline runs: built-in rules, inspector, variants.
 #include "coders.hpp"
 
-#include "../dlp/test_support.hpp"
+#include "../test_support.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
 #include "sluice/dlp/decode.hpp"
