@@ -3,6 +3,8 @@
 // at most `limit` bytes of memory and the time to produce them.
 #include "sluice/dlp/decode.hpp"
 
+#include "sluice/detectors/text.hpp"
+
 #include <brotli/decode.h>
 #include <bzlib.h>
 #include <zlib.h>
@@ -21,20 +23,8 @@ namespace {
 
 constexpr std::size_t chunk = 64 * 1024;
 
-bool iequals(std::string_view a, std::string_view b) noexcept {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) ==
-                      std::tolower(static_cast<unsigned char>(y));
-           });
-}
-
-std::string_view trim(std::string_view s) noexcept {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-        s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
-        s.remove_suffix(1);
-    return s;
-}
+using text::iequals;
+using text::trim;
 
 bool append(std::string& out, const unsigned char* p, std::size_t n, std::size_t limit) {
     if (n > limit - std::min(limit, out.size()) || out.size() > limit)
