@@ -1,5 +1,7 @@
 #include "sluice/proxy/certificate_authority.hpp"
 
+#include "tls_names.hpp"
+
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/system/system_error.hpp>
@@ -60,7 +62,6 @@ constexpr long one_hour_s = 3600;
 constexpr int ca_validity_days = 3650;
 constexpr int leaf_validity_days = 30;
 constexpr std::size_t max_common_name = 64; // ub-common-name, RFC 5280 appendix A.1
-constexpr std::size_t max_host_length = 253;
 
 // Drains OpenSSL's per-thread error queue so a failure's text describes this failure and
 // not a stale one left by an earlier call on the same thread.
@@ -189,39 +190,6 @@ std::string ca_common_name() {
     if (cn.size() > max_common_name)
         cn.resize(max_common_name);
     return cn;
-}
-
-struct normalized_host {
-    std::string text;
-    bool is_ip = false;
-};
-
-// Lower case, IPv6 brackets and a trailing dot removed; refuses what cannot be an HTTP
-// authority host so that nothing odd reaches a certificate field.
-std::optional<normalized_host> normalize(std::string_view host) {
-    bool bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
-    if (bracketed)
-        host = host.substr(1, host.size() - 2);
-    if (!bracketed && host.ends_with('.'))
-        host.remove_suffix(1);
-    if (host.empty() || host.size() > max_host_length)
-        return std::nullopt;
-    normalized_host out;
-    out.text.reserve(host.size());
-    for (char c : host) {
-        auto u = static_cast<unsigned char>(c);
-        if (u <= 0x20 || u >= 0x7f)
-            return std::nullopt;
-        out.text.push_back(static_cast<char>(u >= 'A' && u <= 'Z' ? u + ('a' - 'A') : u));
-    }
-    unsigned char buf[16];
-    if (::inet_pton(AF_INET6, out.text.c_str(), buf) == 1)
-        out.is_ip = true;
-    else if (bracketed)
-        return std::nullopt;
-    else if (::inet_pton(AF_INET, out.text.c_str(), buf) == 1)
-        out.is_ip = true;
-    return out;
 }
 
 int select_http11(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
@@ -527,7 +495,7 @@ certificate_authority::load(const fs::path& cert, const fs::path& key, std::size
 }
 
 std::shared_ptr<ssl::context> certificate_authority::server_context(std::string_view host) {
-    auto h = normalize(host);
+    auto h = normalize_tls_host(host);
     if (!h)
         return nullptr;
     impl& m = *impl_;
@@ -560,7 +528,7 @@ std::shared_ptr<ssl::context> certificate_authority::server_context(std::string_
 
 std::expected<std::string, std::string>
 certificate_authority::mint_leaf_pem(std::string_view host) {
-    auto h = normalize(host);
+    auto h = normalize_tls_host(host);
     if (!h)
         return std::unexpected("not a valid host name or IP address");
     auto leaf = impl_->mint(*h);
@@ -571,143 +539,6 @@ certificate_authority::mint_leaf_pem(std::string_view host) {
 
 std::size_t certificate_authority::minted() const {
     return impl_->minted.load(std::memory_order_relaxed);
-}
-
-namespace {
-
-// Upstream TLS sessions by "host:port" (or host name alone when the caller gives no
-// port: the same SNI and verified name, RFC 8446 section 4.6.1), one cache per upstream context (so
-// per config generation: a reload with another trust store starts empty). A session is only ever
-// offered to the host and port it was verified for, so resumption skips the full
-// handshake and chain verification without widening what is trusted (a server that
-// does not know the ticket answers with a full handshake).
-class upstream_sessions {
-public:
-    ~upstream_sessions() {
-        for (auto& [key, s] : by_key_)
-            SSL_SESSION_free(s);
-    }
-    // Returns a new reference (caller frees) or null.
-    SSL_SESSION* get(const std::string& key) {
-        std::lock_guard lock(mu_);
-        auto it = by_key_.find(key);
-        if (it == by_key_.end())
-            return nullptr;
-        SSL_SESSION_up_ref(it->second);
-        return it->second;
-    }
-    // Takes the reference.
-    void put(const std::string& key, SSL_SESSION* s) {
-        std::lock_guard lock(mu_);
-        auto it = by_key_.find(key);
-        if (it != by_key_.end()) {
-            SSL_SESSION_free(it->second);
-            it->second = s;
-            return;
-        }
-        if (by_key_.size() >= capacity) { // bounded: drop one entry, any
-            SSL_SESSION_free(by_key_.begin()->second);
-            by_key_.erase(by_key_.begin());
-        }
-        by_key_.emplace(key, s);
-    }
-
-private:
-    static constexpr std::size_t capacity = 4096;
-    std::mutex mu_;
-    std::unordered_map<std::string, SSL_SESSION*> by_key_;
-};
-
-void free_sessions(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
-    delete static_cast<upstream_sessions*>(ptr);
-}
-void free_key(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
-    delete static_cast<std::string*>(ptr);
-}
-
-int sessions_index() {
-    static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, &free_sessions);
-    return index;
-}
-int session_key_index() {
-    static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, &free_key);
-    return index;
-}
-
-// OpenSSL hands over each new session (TLS 1.3 tickets arrive after the handshake);
-// returning 1 keeps the reference.
-int store_upstream_session(SSL* ssl, SSL_SESSION* session) {
-    auto* key = static_cast<std::string*>(SSL_get_ex_data(ssl, session_key_index()));
-    auto* cache = static_cast<upstream_sessions*>(
-        SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), sessions_index()));
-    if (key == nullptr || cache == nullptr || !SSL_SESSION_is_resumable(session))
-        return 0;
-    cache->put(*key, session);
-    return 1;
-}
-
-} // namespace
-
-ssl::context make_upstream_context(const fs::path& ca_file) {
-    ssl::context ctx(ssl::context::tls_client);
-    SSL_CTX* c = ctx.native_handle();
-    SSL_CTX_set_options(c, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
-    // Idle connections give their read/write buffers back (RSS per idle connection).
-    SSL_CTX_set_mode(c, SSL_MODE_RELEASE_BUFFERS);
-    // Sessions are kept by host:port in upstream_sessions, not in OpenSSL's internal
-    // store (which a client would never look up by itself).
-    SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
-    SSL_CTX_set_ex_data(c, sessions_index(), new upstream_sessions());
-    SSL_CTX_sess_set_new_cb(c, &store_upstream_session);
-    if (SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION) != 1)
-        throw boost::system::system_error(
-            boost::system::error_code(static_cast<int>(ERR_get_error()),
-                                      boost::asio::error::get_ssl_category()),
-            "SSL_CTX_set_min_proto_version");
-    ctx.set_verify_mode(ssl::verify_peer);
-    if (ca_file.empty()) {
-        ctx.set_default_verify_paths();
-    } else {
-        std::error_code ec;
-        if (fs::is_directory(ca_file, ec))
-            ctx.add_verify_path(ca_file.string()); // c_rehash-style directory
-        else
-            ctx.load_verify_file(ca_file.string());
-    }
-    static constexpr unsigned char alpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
-    if (SSL_CTX_set_alpn_protos(c, alpn, sizeof alpn) != 0) // 0 is success here
-        throw boost::system::system_error(
-            boost::system::error_code(static_cast<int>(ERR_get_error()),
-                                      boost::asio::error::get_ssl_category()),
-            "SSL_CTX_set_alpn_protos");
-    return ctx;
-}
-
-bool prepare_upstream_ssl(void* ssl_handle, std::string_view host, std::uint16_t port) {
-    auto* s = static_cast<SSL*>(ssl_handle);
-    auto h = normalize(host);
-    if (!s || !h)
-        return false;
-    {
-        auto* cache = static_cast<upstream_sessions*>(
-            SSL_CTX_get_ex_data(SSL_get_SSL_CTX(s), sessions_index()));
-        if (cache != nullptr) {
-            auto* key = new std::string(port != 0 ? h->text + ":" + std::to_string(port) : h->text);
-            if (SSL_set_ex_data(s, session_key_index(), key) != 1) {
-                delete key;
-            } else if (SSL_SESSION* prior = cache->get(*key)) {
-                SSL_set_session(s, prior); // takes its own reference
-                SSL_SESSION_free(prior);
-            }
-        }
-    }
-    if (h->is_ip) {
-        // RFC 6066 3: SNI carries host names only, never IP literals.
-        return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s), h->text.c_str()) == 1;
-    }
-    SSL_set_hostflags(s, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-    return SSL_set_tlsext_host_name(s, h->text.c_str()) == 1 &&
-           SSL_set1_host(s, h->text.c_str()) == 1;
 }
 
 } // namespace sluice::proxy

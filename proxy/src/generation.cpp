@@ -2,7 +2,7 @@
 
 #include "sluice/dlp/credential_broker.hpp"
 #include "sluice/dlp/variants.hpp"
-#include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/proxy/upstream_tls.hpp"
 
 #include <boost/asio/ssl/context.hpp>
 

@@ -1,6 +1,6 @@
 #include "upstream.hpp"
 
-#include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/proxy/upstream_tls.hpp"
 #include "sluice/proxy/metrics.hpp"
 
 #include <boost/asio/connect.hpp>

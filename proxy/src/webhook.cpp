@@ -1,7 +1,7 @@
 // The approvals webhook poster (webhook.hpp).
 #include "sluice/proxy/webhook.hpp"
 
-#include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/proxy/upstream_tls.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>

@@ -1,6 +1,7 @@
 // The local CA and leaf minting, checked with OpenSSL's own verifier and a real TLS
 // handshake on loopback.
 #include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/proxy/upstream_tls.hpp"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
