@@ -1,0 +1,59 @@
+// Internal to dlp/: what the variant pipeline's two files share (variants.hpp): the
+// scanner's per-call state (one depth's batch of decoded candidates, the findings sink)
+// and two small byte predicates. variants.cpp holds the pipeline (candidate finding,
+// decoding, depth loop); variant_views.cpp the per-location entry points (scan, scan_url,
+// scan_body with its extraction of URL, JSON, form, multipart and SSE values, joined
+// views, seams, leftovers). Not thread safe: one scanner per thread, as variants.hpp.
+#pragma once
+
+#include "sluice/dlp/variants.hpp"
+
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+namespace sluice::dlp {
+
+namespace variant_detail {
+
+inline constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
+
+/// ASCII white space, as isspace(3) in the C locale.
+inline bool is_space(unsigned char c) noexcept {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+} // namespace variant_detail
+
+// Decoded candidates of one depth are batched into one buffer, separated by "\n \n" (which
+// no candidate run crosses), and scanned with one scanner call: per-call overhead would
+// otherwise dominate on text with many small candidates.
+struct variant_scanner::segment {
+    std::size_t begin = 0; ///< range in the level buffer
+    std::size_t end = 0;
+    std::string chain;
+    std::size_t outer_off = 0;
+    std::size_t outer_len = 0;
+};
+
+struct variant_scanner::level {
+    std::string buf;
+    std::vector<segment> segs;
+    void clear() {
+        buf.clear();
+        segs.clear();
+    }
+};
+
+struct variant_scanner::ctx {
+    level next; ///< decoded candidates for the next depth
+    std::string_view location;
+    std::vector<variant_finding>* out = nullptr;
+    std::unordered_set<std::string> seen; // rule '\0' fingerprint
+    std::string tmp;
+};
+
+} // namespace sluice::dlp
