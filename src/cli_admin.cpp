@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <unistd.h>
+#include <unordered_map>
 #include <vector>
 
 namespace sluice::cli {
@@ -122,7 +123,9 @@ std::string default_by() {
 }
 
 // Appends the objects of the array `key` of one replica's answer to `merged`, each with
-// its "replica" label; false when the answer has no such array.
+// its "replica" label; false when the answer has no such array. An entry that already
+// names its replica (an approval another replica of a fleet holds, listed through the
+// control store) keeps that name: it says where the request is held.
 bool append_listed(const json::object& body, std::string_view key, const std::string& label,
                    json::array& merged) {
     const auto* list = body.if_contains(key);
@@ -132,10 +135,30 @@ bool append_listed(const json::object& body, std::string_view key, const std::st
         if (!v.is_object())
             continue;
         json::object e = v.as_object();
-        e["replica"] = label;
+        if (!e.contains("replica"))
+            e["replica"] = label;
         merged.push_back(std::move(e));
     }
     return true;
+}
+
+// A fleet's replicas each list every held request: one row per id, the holder's own
+// (listed with the asked replica's label) where it answered.
+void one_per_id(json::array& merged, const std::vector<std::string>& labels) {
+    json::array out;
+    std::unordered_map<std::string, std::size_t> at;
+    for (auto& v : merged) {
+        const auto id = str(v.as_object(), "id");
+        auto [it, fresh] = at.emplace(id, out.size());
+        if (fresh) {
+            out.push_back(std::move(v));
+            continue;
+        }
+        const auto holder = str(v.as_object(), "replica");
+        if (std::find(labels.begin(), labels.end(), holder) != labels.end())
+            out[it->second] = std::move(v);
+    }
+    merged = std::move(out);
 }
 
 // ------------------------------------------------------------------ approvals
@@ -203,6 +226,10 @@ int approvals_list(session& s) {
             continue;
         }
     }
+    std::vector<std::string> labels;
+    for (const auto& r : s.replicas)
+        labels.push_back(r.label);
+    one_per_id(merged, labels);
     // Nearest expiry first: that is the one a person must look at now.
     std::stable_sort(merged.begin(), merged.end(), [](const json::value& a, const json::value& b) {
         return num(a.as_object(), "expires_in_ms") < num(b.as_object(), "expires_in_ms");
@@ -345,6 +372,9 @@ int switch_command(std::string_view cmd, int argc, char** argv) {
                 if (const auto* p = outs[i].body.as_object().if_contains("persisted");
                     p && p->is_bool() && !p->as_bool())
                     result += " (NOT saved in the data dir: a restart would undo it)";
+                if (str(outs[i].body.as_object(), "store") == "pending")
+                    result += " (control store unreachable: in force on this replica only "
+                              "until the store is back, then on every replica)";
             } else {
                 result = "FAILED: " + outs[i].error;
                 if (shared)

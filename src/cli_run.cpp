@@ -47,7 +47,13 @@ namespace {
 struct run_args {
     std::optional<std::filesystem::path> config;
     std::optional<std::filesystem::path> data_dir;
+    bool help = false;
 };
+
+constexpr const char* run_usage =
+    "usage: sluice run [--config FILE] [--data-dir DIR]\n"
+    "  Runs the proxy on FILE (without it, the embedded default: every public host,\n"
+    "  inspected, a finding denies); `sluice check-config FILE` checks a file first.\n";
 
 std::optional<run_args> parse_run_args(int argc, char** argv) {
     run_args a;
@@ -60,15 +66,16 @@ std::optional<run_args> parse_run_args(int argc, char** argv) {
                 return std::string(arg.substr(name.size() + 1));
             return std::nullopt;
         };
-        if (auto v = value("--config")) {
+        if (arg == "--help" || arg == "-h") {
+            a.help = true;
+        } else if (auto v = value("--config")) {
             a.config = *v;
         } else if (auto d = value("--data-dir")) {
             a.data_dir = *d;
         } else if (auto alias = value("--dir")) { // as `sluice ca`
             a.data_dir = *alias;
         } else {
-            std::cerr << "sluice run: unknown argument '" << arg
-                      << "'\nusage: sluice run [--config FILE] [--data-dir DIR]\n";
+            std::cerr << "sluice run: unknown argument '" << arg << "'\n" << run_usage;
             return std::nullopt;
         }
     }
@@ -266,6 +273,10 @@ int cmd_run(int argc, char** argv) {
     auto args = parse_run_args(argc, argv);
     if (!args)
         return 2;
+    if (args->help) {
+        std::cout << run_usage;
+        return 0;
+    }
     // A file size limit must fail the audit write (EFBIG -> 503), not kill the process.
     std::signal(SIGXFSZ, SIG_IGN);
     // SIGHUP/SIGTERM/SIGINT stay pending until the handlers below are installed: a reload
@@ -444,6 +455,11 @@ int cmd_run(int argc, char** argv) {
             if (!server.ready())
                 co_return proxy::admin_error(503, "audit_unavailable",
                                              "not ready: the audit log cannot be written");
+            if (store && store->settling())
+                co_return proxy::admin_error(
+                    503, "control_store_unavailable",
+                    "not ready: the control store holds no kill switch state yet; new flows "
+                    "are refused while replicas that may hold kills reconnect");
             if (store && control->store_refusing()) // fail_closed, or never read
                 co_return proxy::admin_error(
                     503, "control_store_unavailable",
@@ -530,8 +546,15 @@ int cmd_run(int argc, char** argv) {
 }
 
 int cmd_check_config(int argc, char** argv) {
+    constexpr const char* usage = "usage: sluice check-config FILE\n"
+                                  "  Checks a configuration: every problem as FILE:LINE:COL, "
+                                  "warnings too; exit 0 when it loads.\n";
+    if (argc == 2 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h")) {
+        std::cout << usage;
+        return 0;
+    }
     if (argc != 2) {
-        std::cerr << "usage: sluice check-config FILE\n";
+        std::cerr << usage;
         return 2;
     }
     auto loaded = config::load_file(argv[1]);

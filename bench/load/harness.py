@@ -7,6 +7,8 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -79,6 +81,22 @@ def accepting(proc, port, seconds):
     return False
 
 
+def ready(proc, admin_port, seconds):
+    """Waits up to `seconds` for sluice's /readyz to answer 200 (a replica joining an empty
+    control store first waits for the fleet's kill switch state); False otherwise."""
+    deadline = time.monotonic() + seconds
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with opener.open("http://127.0.0.1:%d/readyz" % admin_port, timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except (OSError, urllib.error.URLError):
+            pass
+        time.sleep(0.05)
+    return False
+
+
 def stop_children(procs=CHILDREN, timeout=10):
     """Terminates `procs` (default: every spawned child) and waits for them (bounded)."""
     for p in procs:
@@ -110,6 +128,7 @@ class sluice:
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir)
         self.port = free_port()
+        self.admin_port = free_port()
         data = os.path.join(self.dir, "data")
         config = os.path.join(self.dir, "sluice.yaml")
         max_body_line = "\n      max_body: %s" % max_body if max_body else ""
@@ -164,7 +183,7 @@ policies:
       detectors: [all]
       on_finding: deny{max_body_line}
     private_destinations: [127.0.0.1/32]
-{credentials}{control_store}admin: {{address: "127.0.0.1:{free_port()}", token_file: admin.token}}
+{credentials}{control_store}admin: {{address: "127.0.0.1:{self.admin_port}", token_file: admin.token}}
 metrics: {{address: "127.0.0.1:{free_port()}"}}
 audit: {{path: {os.path.join(self.dir, "audit.jsonl")}, fsync: {fsync}}}
 logging: {{level: warn, format: text}}
@@ -179,6 +198,9 @@ logging: {{level: warn, format: text}}
             raise RuntimeError("sluice did not start")
         if self.proc.poll() is not None:
             raise RuntimeError("sluice exited: " + self.stderr_text()[-2000:])
+        if not ready(self.proc, self.admin_port, 60):
+            self.stop()
+            raise RuntimeError("sluice never became ready: " + self.stderr_text()[-2000:])
         self.ca = os.path.join(data, "ca.pem")
 
     def stderr_text(self):

@@ -5,9 +5,10 @@
 // Keys (prefix <p>): <p>approval:<id> holds "<published ms>\n<entry JSON>" and expires
 // with the hold; <p>approvals is a sorted set of ids by expiry (ms, the store's clock).
 // Decisions are published on <p>decide as {"id", "approve", "by", "reason"}. Whoever decides
-// first takes <p>claim:<id> (SET NX, for a minute: longer than any race between two
-// deciders; the entry is gone once decided): the holder deciding itself and another
-// replica forwarding a decision contend for the same key.
+// first takes <p>claim:<id> (SET NX): the holder deciding itself and another replica
+// forwarding a decision contend for the same key. A forwarded decision is also the claim's
+// value, kept as long as the entry would have lived (at least a minute), so a holder that
+// was cut off from the store when it was published applies it at its next heartbeat.
 #include "fleet_store_impl.hpp"
 
 namespace sluice::proxy {
@@ -38,11 +39,13 @@ return out
 )lua";
 
 // KEYS: approvals, approval:<id>, decide channel, claim:<id>. ARGV: id, decision JSON,
-// this replica, claim time to live (ms). Claims the entry (one decision wins) and tells
-// every replica; 0 when it is not pending or already claimed.
+// the shortest claim time to live (ms). Claims the entry with the decision (one decision
+// wins) and tells every replica; 0 when it is not pending or already claimed.
 constexpr std::string_view decide_script = R"lua(
-if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
-if not redis.call('SET', KEYS[4], ARGV[3], 'NX', 'PX', ARGV[4]) then return 0 end
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl == -2 then return 0 end
+if ttl < tonumber(ARGV[3]) then ttl = tonumber(ARGV[3]) end
+if not redis.call('SET', KEYS[4], ARGV[2], 'NX', 'PX', ttl) then return 0 end
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('PUBLISH', KEYS[3], ARGV[2])
@@ -189,7 +192,6 @@ net::awaitable<bool> fleet_store::decide_remote(std::string id, bool approve, st
                                   i->prefix + "claim:" + id,
                                   id,
                                   boost::json::serialize(d),
-                                  i->replica_id,
                                   std::string(claim_ttl_ms)};
     std::vector<std::vector<std::string>> cmds;
     cmds.push_back(std::move(args));
@@ -202,11 +204,35 @@ net::awaitable<bool> fleet_store::claim_local(std::string id) {
     if (!plausible_id(id))
         co_return true; // never published: decided here alone
     std::vector<std::vector<std::string>> cmds;
+    // The holder's own claim carries no decision (adopt_decisions skips it).
     cmds.push_back({"EVAL", std::string(claim_script), "1", i->prefix + "claim:" + id,
-                    i->replica_id, std::string(claim_ttl_ms)});
+                    boost::json::serialize(boost::json::object{{"holder", i->replica_id}}),
+                    std::string(claim_ttl_ms)});
     auto r = co_await net::co_spawn(i->ctx, i->call_once(std::move(cmds)), net::use_awaitable);
     // Nil: the store is down (or failed, counted and logged): the holder decides alone.
     co_return r.type != redis_reply::kind::integer || r.integer == 1;
+}
+
+net::awaitable<void> fleet_store::impl::adopt_decisions(redis_link& link) {
+    std::vector<std::string> ids;
+    for (const auto& a : ctl->approvals())
+        if (plausible_id(a.id))
+            ids.push_back(a.id);
+    if (ids.empty())
+        co_return;
+    std::vector<std::string> args{"MGET"};
+    for (const auto& id : ids)
+        args.push_back(prefix + "claim:" + id);
+    auto r = co_await link.call(std::move(args));
+    if (r.type != redis_reply::kind::array || r.elements.size() != ids.size())
+        throw redis_error("the control store refused to list approval claims");
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+        if (r.elements[k].type != redis_reply::kind::string)
+            continue; // not decided anywhere
+        auto d = fleet_detail::parse_decision_message(r.elements[k].str);
+        if (d && d->id == ids[k]) // decided on another replica, its message missed
+            ctl->decide(d->id, d->approve, std::move(d->by), std::move(d->reason));
+    }
 }
 
 } // namespace sluice::proxy

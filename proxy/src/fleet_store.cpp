@@ -91,6 +91,10 @@ bool fleet_store::up() const {
     return impl_->up.load(std::memory_order_acquire);
 }
 
+bool fleet_store::settling() const {
+    return impl_->settling_now.load(std::memory_order_acquire);
+}
+
 bool fleet_store::fail_closed() const {
     return impl_->fail_closed;
 }

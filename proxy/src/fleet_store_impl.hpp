@@ -44,10 +44,11 @@ using namespace std::chrono_literals;
 namespace fleet_detail {
 
 // KEYS: the state (one hash: epoch, version, all, ids as a JSON array, so that it is lost
-// or kept whole), the channel. ARGV: op ("read" | "kill" | "revive"), identity ("" = all),
-// a new epoch id (used when a change finds no state, or a malformed one). A read of a
-// malformed state is an error reply: replicas keep what they had; the next change
-// replaces it (and replicas write their kills back, as after any loss).
+// or kept whole), the channel. ARGV: op ("read" | "kill" | "revive" | "init"), identity
+// ("" = all), a new epoch id (used when a change finds no state, or a malformed one). A
+// read of a malformed state is an error reply: replicas keep what they had; the next
+// change replaces it (and replicas write their kills back, as after any loss). "init"
+// writes a first state (nothing killed) only where there is none, and reads otherwise.
 constexpr std::string_view kill_script = R"lua(
 local key, channel = KEYS[1], KEYS[2]
 local op, who = ARGV[1], ARGV[2]
@@ -69,6 +70,7 @@ if exists then
   end
   if ok then epoch, version, all = h[1], tonumber(h[2]), h[3] == '1' end
 end
+if op == 'init' and exists then op = 'read' end
 if op == 'read' then
   if not ok then return redis.error_reply('sluice: malformed kill switch state') end
 else
@@ -97,19 +99,22 @@ return out
 )lua";
 
 // KEYS: the live-replica set (sorted by expiry, ms). ARGV: this replica's id, the expiry
-// (ms), the key prefix, then identity, count pairs: the connections held here. Registers
-// this replica, drops the expired ones, stores its counts (expiring with it), and returns
-// [live replicas, identity, count, ...] with the counts of every other live replica.
+// (ms), the key prefix, "1" to register ("0": a replica still settling reads only), then
+// identity, count pairs: the connections held here. Registers this replica, drops the
+// expired ones, stores its counts (expiring with it), and returns [live replicas,
+// identity, count, ...] with the counts of every other live replica.
 constexpr std::string_view beat_script = R"lua(
 local me, ttl, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], now + ttl, me)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local mine = prefix .. 'conns:' .. me
-redis.call('DEL', mine)
-for i = 4, #ARGV, 2 do redis.call('HSET', mine, ARGV[i], ARGV[i + 1]) end
-redis.call('PEXPIRE', mine, ttl)
+if ARGV[4] == '1' then
+  redis.call('ZADD', KEYS[1], now + ttl, me)
+  local mine = prefix .. 'conns:' .. me
+  redis.call('DEL', mine)
+  for i = 5, #ARGV, 2 do redis.call('HSET', mine, ARGV[i], ARGV[i + 1]) end
+  redis.call('PEXPIRE', mine, ttl)
+end
 local live = redis.call('ZRANGE', KEYS[1], 0, -1)
 local out = {tostring(#live)}
 for _, r in ipairs(live) do
@@ -124,6 +129,9 @@ return out
 // A replica that misses this many heartbeats (1 s apart) is no longer counted, and the
 // connections it reported expire with it.
 constexpr auto replica_ttl = 3s;
+
+// The longest pause between two connection attempts of a replica that lost the store.
+constexpr auto max_backoff = 5s;
 
 inline std::optional<shared_state> from_reply(const redis_reply& r) {
     if (r.type != redis_reply::kind::array)
@@ -174,13 +182,23 @@ struct fleet_store::impl {
     std::atomic<bool> up{false};
     std::atomic<std::uint64_t> errors{0};
     std::atomic<std::uint64_t> replicas{0};
-    rate_limits* limits = nullptr; // null: limits stay per replica (unit use)
-    std::string replica_id;        // host name and a random suffix, per process
+    std::atomic<bool> settling_now{false}; // `settling`, for other threads
+    rate_limits* limits = nullptr;         // null: limits stay per replica (unit use)
+    std::string replica_id;                // host name and a random suffix, per process
 
     // --- store thread only -------------------------------------------------------------
     std::string applied_epoch;
     std::uint64_t applied_version = 0;
     bool applied_any = false;
+    bool ever_real = false; // applied a state the store held (an epoch), ever
+    // A new replica that finds no state and no other settled replica cannot tell a new
+    // fleet from a store that lost its data while the replicas holding the kills are
+    // still reconnecting: it refuses new flows (503 control_store_unavailable) until the
+    // state appears, another replica settles, or `grace()` has passed (then it writes a
+    // first state, nothing killed).
+    bool settling = false;
+    bool settled = false; // once: a replica that served never settles again
+    std::chrono::steady_clock::time_point settling_since{};
     std::vector<std::optional<std::string>> pending; // kills made while the store was down
     std::shared_ptr<redis_link> cmd, sub;
     std::uint64_t generation = 0;
@@ -231,9 +249,22 @@ struct fleet_store::impl {
         if (!forced && applied_any && s.epoch == applied_epoch && s.version < applied_version)
             return {};
         applied_any = true;
+        ever_real = ever_real || !s.epoch.empty();
         applied_epoch = s.epoch;
         applied_version = s.version;
-        return ctl->adopt(s.killed);
+        auto result = ctl->adopt(s.killed);
+        if (settling && ever_real) // the state came (written back, or a first change)
+            end_settling();
+        return result;
+    }
+
+    void end_settling() {
+        settling = false;
+        settled = true;
+        settling_now.store(false, std::memory_order_release);
+        if (up.load())
+            ctl->set_store_refusing(false);
+        spdlog::info("control store: kill switch state settled; serving");
     }
 
     // Applies `s`, read or written through `link`. When the store lost what this replica
@@ -267,7 +298,8 @@ struct fleet_store::impl {
         if (!up.exchange(true))
             spdlog::info("control store {} connected; kill switch shared", ep.where());
         said_down = false;
-        ctl->set_store_refusing(false);
+        ctl->set_store_refusing(settling);
+        settling_now.store(settling, std::memory_order_release);
         std::lock_guard lock(first_mutex);
         first_done = true;
         first_cv.notify_all();
@@ -278,9 +310,12 @@ struct fleet_store::impl {
         up.store(false);
         if (!said_down) // once per outage, not once per reconnect attempt
             spdlog::error("control store {}: {}; {}", ep.where(), why,
-                          fail_closed ? "new flows are refused until it is back"
-                                      : "the last kill switch state read stays in force; "
-                                        "revive is refused until it is back");
+                          fail_closed || (!applied_any && ctl->store_refusing())
+                              ? "new flows are refused until it is read"
+                          : applied_any ? "the last kill switch state read stays in force; "
+                                          "revive is refused until it is back"
+                                        : "serving with the last-known kill switch state "
+                                          "(killed.json); revive is refused until it is back");
         said_down = true;
         if (fail_closed)
             ctl->set_store_refusing(true);
@@ -322,7 +357,11 @@ struct fleet_store::impl {
         std::vector<std::string> subscribe{"SUBSCRIBE", prefix + "kill", prefix + "decide"};
         auto conf = co_await s->call(std::move(subscribe));
         if (conf.type != redis_reply::kind::array)
-            throw redis_error("the control store refused SUBSCRIBE");
+            throw redis_error(
+                conf.str.starts_with("NOAUTH")
+                    ? std::string("the control store requires a password (NOAUTH): give it in "
+                                  "control_store.redis.url, redis://:PASSWORD@host:port/db")
+                    : "the control store refused SUBSCRIBE: " + conf.str);
         auto c = co_await open_link();
         sub = s;
         cmd = c;
@@ -335,15 +374,45 @@ struct fleet_store::impl {
             pending.erase(pending.begin());
         }
         co_await sync(*c);
-        co_await beat_once(*c);
+        co_await settle_in(*c);
         mark_up();
     }
 
-    // Registers this replica, reports its connections and reads the fleet's: limits are
-    // split over the live replicas (rate_limits.hpp).
-    net::awaitable<void> beat_once(redis_link& link) {
-        if (limits == nullptr)
+    // How long a new replica waits for the replicas that hold kills to reconnect to a
+    // store that lost them: their longest backoff, one connection attempt, a heartbeat.
+    std::chrono::milliseconds grace() const {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(fleet_detail::max_backoff +
+                                                                     timeout + 1s);
+    }
+
+    // After a read: a replica that never saw a state, reading none, settles first (see
+    // `settling`); then the heartbeat. Ends settling when a state or another settled
+    // replica shows up, or the grace has passed (a first state is written: a new fleet).
+    net::awaitable<void> settle_in(redis_link& link) {
+        if (!settled && ever_real)
+            settled = true;
+        if (!settled && !settling) {
+            settling = true;
+            settling_since = std::chrono::steady_clock::now();
+            spdlog::warn("control store: it holds no kill switch state; unless another "
+                         "replica is live, new flows are refused for up to {} ms while "
+                         "replicas that may hold kills reconnect (a store that lost its "
+                         "data), then a first state is written",
+                         grace().count());
+        }
+        const auto others = co_await beat_once(link);
+        if (!settling)
             co_return;
+        if (ever_real || others > 0)
+            end_settling();
+        else if (std::chrono::steady_clock::now() - settling_since >= grace())
+            co_await settle(link, co_await eval(link, "init", "")); // apply() ends it
+    }
+
+    // Registers this replica (unless settling), reports its connections and reads the
+    // fleet's: limits are split over the live replicas (rate_limits.hpp). Returns the
+    // live replicas other than this one.
+    net::awaitable<std::uint64_t> beat_once(redis_link& link) {
         std::vector<std::string> args{
             "EVAL",
             std::string(fleet_detail::beat_script),
@@ -351,11 +420,13 @@ struct fleet_store::impl {
             prefix + "replicas",
             replica_id,
             std::to_string(std::chrono::milliseconds(fleet_detail::replica_ttl).count()),
-            prefix};
-        for (auto& [identity, n] : limits->held_connections()) {
-            args.push_back(std::move(identity));
-            args.push_back(std::to_string(n));
-        }
+            prefix,
+            settling ? "0" : "1"};
+        if (limits != nullptr)
+            for (auto& [identity, n] : limits->held_connections()) {
+                args.push_back(std::move(identity));
+                args.push_back(std::to_string(n));
+            }
         auto r = co_await link.call(std::move(args));
         if (r.type != redis_reply::kind::array || r.elements.empty())
             throw redis_error("the control store refused the replica heartbeat" +
@@ -364,13 +435,20 @@ struct fleet_store::impl {
         std::unordered_map<std::string, std::uint64_t> remote;
         for (std::size_t i = 1; i + 1 < r.elements.size(); i += 2)
             remote[r.elements[i].str] += fleet_detail::to_u64(r.elements[i + 1].str);
-        replicas.store(live);
-        limits->set_fleet(static_cast<unsigned>(std::max<std::uint64_t>(1, live)),
-                          std::move(remote));
+        const std::uint64_t others = settling ? live : (live > 0 ? live - 1 : 0);
+        replicas.store(settling ? live + 1 : live);
+        if (limits != nullptr)
+            limits->set_fleet(static_cast<unsigned>(std::max<std::uint64_t>(1, others + 1)),
+                              std::move(remote));
+        co_await adopt_decisions(link); // fleet_approvals.cpp
+        co_return others;
     }
 
     // Approvals across replicas (fleet_approvals.cpp).
     void on_decide_message(std::string_view json);
+    // Applies the decisions other replicas stored for the requests held here (one a
+    // message did not bring: this replica was cut off from the store when it was made).
+    net::awaitable<void> adopt_decisions(redis_link& link);
     // Runs `cmds` in order on a link of its own, when the store is up, and returns the
     // last reply; nil when the store is down or a command failed (counted and logged).
     net::awaitable<redis_reply> call_once(std::vector<std::vector<std::string>> cmds);
@@ -385,7 +463,7 @@ struct fleet_store::impl {
             if (sub_lost)
                 throw redis_error("the subscription was lost");
             co_await sync(*cmd);
-            co_await beat_once(*cmd);
+            co_await settle_in(*cmd);
         }
     }
 

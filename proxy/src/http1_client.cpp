@@ -11,6 +11,13 @@ record_denial(flow_context& fc, unsigned status, std::string_view reason,
     audit_record rec = head_rec;
     if (rec.decision.empty()) // "supervise_denied" when a person or the timeout said no
         rec.decision = "deny";
+    // A kill (or a reload's cut) closed the flow's sockets, so whatever failed next (a body
+    // read, a write upstream) failed because of it: the record says so, not bad_request.
+    const std::string cut = killed_now(fc) ? std::string(kill_reason(fc)) : std::string();
+    if (!cut.empty() && reason != cut && reason != "audit_unavailable") {
+        status = kill_status(fc);
+        reason = cut;
+    }
     rec.reason = std::string(reason);
     rec.findings = to_audit(findings);
     if (fc.state->stats && status == 502)

@@ -147,7 +147,8 @@ net::awaitable<std::unique_ptr<redis_link>> redis_link::open(net::any_io_executo
         auth.push_back(ep.password);
         auto r = co_await link->call(std::move(auth));
         if (r.type == redis_reply::kind::error) // the reply never echoes the password
-            throw redis_error("the control store refused AUTH: " + r.str);
+            throw redis_error("the control store refused AUTH: " + r.str +
+                              " (check the user and password in control_store.redis.url)");
     }
     if (ep.db != 0) {
         // Built before the co_await: GCC 12 cannot keep a braced list alive across it.

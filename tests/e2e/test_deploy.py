@@ -40,6 +40,8 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
+import urllib.request
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -707,8 +709,9 @@ class gateway_test(unittest.TestCase):
         text = replace_once(text, "data_dir: /var/lib/sluice/data",
                             "data_dir: " + os.path.join(cls.tmp, "data"))
         text = replace_once(text, "- address: 0.0.0.0:3128\n", "- address: 127.0.0.1:%d\n" % cls.port)
+        cls.admin_port = tp.free_port()
         text = replace_once(text, "admin: {address: 0.0.0.0:9901,",
-                            'admin: {address: "127.0.0.1:%d",' % tp.free_port())
+                            'admin: {address: "127.0.0.1:%d",' % cls.admin_port)
         text = replace_once(text, "metrics: {address: 0.0.0.0:9902}",
                             'metrics: {address: "127.0.0.1:%d"}' % tp.free_port())
         cls.audit = os.path.join(cls.tmp, "audit.jsonl")
@@ -734,6 +737,20 @@ class gateway_test(unittest.TestCase):
             with open(os.path.join(cls.tmp, "stderr"), "rb") as f:
                 raise RuntimeError("the gateway config did not start (exit %s):\n%s"
                                    % (cls.proc.poll(), f.read().decode(errors="replace")[-3000:]))
+        # A replica that finds an empty control store waits for the fleet's kill switch
+        # state before it serves (README, fleet): /readyz says when.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = time.monotonic() + tp.START_TIMEOUT_S
+        while True:
+            try:
+                with opener.open("http://127.0.0.1:%d/readyz" % cls.admin_port, timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except (OSError, urllib.error.URLError):
+                pass
+            if time.monotonic() > deadline or cls.proc.poll() is not None:
+                raise RuntimeError("the gateway config never became ready")
+            time.sleep(0.05)
         cls.ca = os.path.join(cls.tmp, "data", "ca.pem")
 
     @classmethod

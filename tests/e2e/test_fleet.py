@@ -41,6 +41,9 @@ from test_supervise import WAIT_S, closed_by_peer, poll  # noqa: E402  (bounded 
 SRC = {"alpha": "127.0.0.2", "beta": "127.0.0.3", "lim": "127.0.0.4", "con": "127.0.0.5"}
 RATE = 300  # lim's requests_per_minute, for the whole fleet
 PASSWORD = "fleet-pw-" + os.urandom(8).hex()  # must never reach a log line
+# A replica that finds an empty store waits for the replicas that may hold kills before
+# it serves: their longest backoff (5 s) + connect_timeout (1 s here) + a heartbeat.
+SETTLE_S = 7.0
 
 
 class st:
@@ -95,6 +98,60 @@ class redis_server:
         scheme = "rediss" if self.tls else "redis"
         return "%s://:%s@%s:%d/0" % (scheme, password, "localhost" if self.tls else "127.0.0.1",
                                      self.port)
+
+
+class relay:
+    """A TCP relay on loopback in front of a store: cut() severs one replica from it (a
+    network partition) while the others keep it; reopen() heals it on the same port."""
+
+    def __init__(self, target_port):
+        self.port, self.target = tp.free_port(), target_port
+        self.lsock, self.socks, self.lock = None, [], threading.Lock()
+        self.reopen()
+
+    def reopen(self):
+        self.lsock = socket.create_server(("127.0.0.1", self.port), reuse_port=True)
+        threading.Thread(target=self._accept, args=(self.lsock,), daemon=True).start()
+
+    def _accept(self, lsock):
+        while True:
+            try:
+                c, _ = lsock.accept()
+                u = socket.create_connection(("127.0.0.1", self.target), timeout=10)
+            except OSError:
+                return
+            u.settimeout(None)
+            with self.lock:
+                self.socks += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for x in (a, b):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        self.lsock.close()
+        with self.lock:
+            socks, self.socks = self.socks, []
+        for x in socks:
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            x.close()
 
 
 class replica:
@@ -163,7 +220,9 @@ control_store:
         self.token = None
         st.replicas.append(self)
 
-    def start(self):
+    def start(self, ready=True):
+        """Starts it; with `ready`, waits until /readyz says 200 (a replica that finds an
+        empty store first waits for the fleet's kill switch state, README)."""
         self.proc = subprocess.Popen([tp.sluice_binary(), "run", "--config", self.config],
                                      stdout=subprocess.DEVNULL, stderr=self.stderr,
                                      stdin=subprocess.DEVNULL, env=self.env)
@@ -173,6 +232,9 @@ control_store:
                                    % (self.name, self.proc.poll(), self.stderr_text()[-4000:]))
         with open(os.path.join(self.dir, "admin.token")) as f:
             self.token = f.read().strip()
+        if ready:
+            poll(lambda: self.admin("GET", "/readyz")[0] == 200,
+                 "replica %s to be ready" % self.name, timeout=SETTLE_S + WAIT_S)
         return self
 
     def stop(self):
@@ -581,16 +643,68 @@ class fleet_test(unittest.TestCase):
         self.assertEqual(len(set(names.values())), 3, names)
 
 
+    def test_11_a_replica_started_on_a_store_that_lost_its_data_never_serves_a_kill(self):
+        a, b, c = self.a, self.b, self.c
+        status, doc = a.admin("POST", "/v1/kill", {"identity": "alpha"})
+        self.assertEqual((status, doc["store"]), (200, "shared"), doc)
+        self.everyone_sees({"all": False, "identities": ["alpha"]}, (a, b, c))
+        errors = [r.metric("sluice_control_store_errors_total") for r in (a, b, c)]
+        self.store.stop()  # SIGKILL, no persistence: the kill is gone from the store
+        # Until each old replica has failed six reconnects: its next try is 3.2-5 s away,
+        # so a replica started now meets an empty store well before they write back.
+        for r, e0 in zip((a, b, c), errors):
+            poll(lambda: r.metric("sluice_control_store_errors_total") >= e0 + 6,
+                 "replica %s to back off" % r.name, timeout=SETTLE_S + WAIT_S)
+        self.store.start()
+        e = replica("e", self.store.url()).start(ready=False)
+        seen = []
+        try:
+            def refused_as_killed():
+                seen.append(e.get("alpha"))
+                return seen[-1] == (503, "killed")
+            poll(refused_as_killed, "e to refuse alpha as killed", timeout=SETTLE_S + WAIT_S)
+            # Before the old replicas wrote alpha's kill back, e refused everyone: it could
+            # not tell a new fleet from a store that lost its data. Never a 200.
+            self.assertTrue(set(seen) <= {(503, "control_store_unavailable"), (503, "killed")},
+                            seen)
+            self.assertEqual(e.get("beta"), (200, None))
+        finally:
+            e.stop()
+        status, doc = b.admin("POST", "/v1/revive", {"identity": "alpha"})
+        self.assertEqual(status, 200, doc)
+        self.everyone_sees({"all": False, "identities": []}, (a, b, c))
+
+    def test_12_a_decision_made_while_the_holder_was_cut_off_reaches_it_later(self):
+        c = self.c
+        rl = relay(self.store.port)
+        h = replica("h", self.store.url().replace(":%d/" % self.store.port, ":%d/" % rl.port))
+        h.start()
+        try:
+            th, out = self.held_through(h, "beta")
+            entry = poll(lambda: self.listed_on(c), "c to list h's held request")[0]
+            rl.cut()
+            poll(lambda: h.metric("sluice_control_store_up") == 0.0, "h to lose the store")
+            status, doc = c.admin("POST", "/v1/approvals/%s/approve" % entry["id"])
+            self.assertEqual((status, doc.get("forwarded")), (200, True), doc)
+            rl.reopen()  # the message went while h was away; the claim kept the decision
+            th.join(SETTLE_S + WAIT_S)
+            self.assertEqual(out, [(200, None)])
+        finally:
+            h.stop()
+            rl.cut()
+
+
 class fail_closed_test(unittest.TestCase):
     def test_fail_closed_refuses_new_flows_until_the_store_is_read(self):
         store = redis_server("late")  # not started yet: the port is free
-        r = replica("fc", store.url(), on_unavailable="fail_closed").start()
+        r = replica("fc", store.url(), on_unavailable="fail_closed").start(ready=False)
         try:
             self.assertEqual(r.get("alpha"), (503, "control_store_unavailable"))
             status, doc = r.admin("GET", "/readyz")
             self.assertEqual((status, doc.get("reason")), (503, "control_store_unavailable"))
             store.start()
-            poll(lambda: r.get("alpha") == (200, None), "the replica to serve once the store is up")
+            poll(lambda: r.get("alpha") == (200, None), "the replica to serve once the store is up",
+                 timeout=SETTLE_S + WAIT_S)
             status, doc = r.admin("GET", "/readyz")
             self.assertEqual((status, doc), (200, {"status": "ready"}))
         finally:
@@ -602,13 +716,14 @@ class fail_closed_test(unittest.TestCase):
         # last_known, but nothing known: no killed.json and no store. Serving would lift
         # every kill the fleet holds, so it refuses until the store is read.
         store = redis_server("never")
-        r = replica("nk", store.url()).start()
+        r = replica("nk", store.url()).start(ready=False)
         try:
             self.assertEqual(r.get("alpha"), (503, "control_store_unavailable"))
             status, doc = r.admin("GET", "/readyz")
             self.assertEqual((status, doc.get("reason")), (503, "control_store_unavailable"))
             store.start()
-            poll(lambda: r.get("alpha") == (200, None), "the replica to serve once it read")
+            poll(lambda: r.get("alpha") == (200, None), "the replica to serve once it read",
+                 timeout=SETTLE_S + WAIT_S)
         finally:
             r.stop()
             store.stop()
@@ -620,7 +735,7 @@ class tls_store_test(unittest.TestCase):
         store.start()
         e = replica("e", store.url(), tls_ca=True).start()
         f = replica("f", store.url(), tls_ca=True).start()
-        wrong = replica("w", store.url(password="not-" + PASSWORD), tls_ca=True).start()
+        wrong = replica("w", store.url(password="not-" + PASSWORD), tls_ca=True).start(ready=False)
         try:
             self.assertEqual(e.metric("sluice_control_store_up"), 1.0)
             status, doc = e.admin("POST", "/v1/kill", {"identity": "alpha"})

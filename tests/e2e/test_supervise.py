@@ -187,8 +187,8 @@ def admin(method, path, body=None, token=True, bearer=None):
         return e.code, json.loads(e.read() or b"{}")
 
 
-def poll(fn, what):
-    deadline = time.monotonic() + WAIT_S
+def poll(fn, what, timeout=WAIT_S):
+    deadline = time.monotonic() + timeout
     while True:
         v = fn()
         if v:

@@ -61,7 +61,9 @@ void loader::redis_store(const YAML::Node& n, control_store_settings& cs) {
                        !p.empty() && p != "/" && p.find_first_not_of("/0123456789") != p.npos) {
                 w_.error(*u, "control_store.redis.url's path must be a database number (/0)");
             } else if (url->has_query() || url->has_fragment()) {
-                w_.error(*u, "control_store.redis.url must not have a ?query or #fragment");
+                w_.error(
+                    *u, "control_store.redis.url must not have a ?query or #fragment (a '?' or '#' "
+                        "in the password is written %3F or %23)");
             } else {
                 cs.url = std::move(*v);
             }

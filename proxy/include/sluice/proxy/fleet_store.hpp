@@ -28,7 +28,9 @@
 //   While the store is down the last figures stay.
 // - A store with no state (never written, flushed, or replaced) while this replica holds
 //   kills gets them written back: a kill is never lifted by the store losing data.
-//   Revives need the store.
+//   Revives need the store. A new replica that finds no state and no settled replica
+//   waits for them (settling(), max backoff + connect_timeout + 1 s) before it serves,
+//   then writes a first state ("init"): a new fleet pays that wait once.
 // - Store unreachable: reconnect with backoff (100 ms doubling to 5 s). The last state
 //   read stays in force (and in killed.json, the last-known copy). kill() still applies
 //   locally at once and is written to the store on reconnect; revive() is refused
@@ -83,6 +85,12 @@ public:
 
     bool up() const;
     bool fail_closed() const;
+    /// True while this replica, new, found no kill switch state and no other replica in
+    /// the store: it refuses new flows (503 control_store_unavailable) until the state
+    /// appears, another replica settles, or about 8 s have passed (then it writes a first
+    /// state, nothing killed). A store that lost its data is thus never read as "nothing
+    /// killed" by a replica that starts before the others have written their kills back.
+    bool settling() const;
     std::uint64_t errors() const;
     /// Live replicas as last read (0 before the first read).
     std::uint64_t replicas() const;
