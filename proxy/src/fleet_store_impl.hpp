@@ -310,7 +310,7 @@ struct fleet_store::impl {
         up.store(false);
         if (!said_down) // once per outage, not once per reconnect attempt
             spdlog::error("control store {}: {}; {}", ep.where(), why,
-                          fail_closed || (!applied_any && ctl->store_refusing())
+                          fail_closed || settling || (!applied_any && ctl->store_refusing())
                               ? "new flows are refused until it is read"
                           : applied_any ? "the last kill switch state read stays in force; "
                                           "revive is refused until it is back"
