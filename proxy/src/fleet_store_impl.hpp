@@ -294,6 +294,18 @@ struct fleet_store::impl {
         co_await settle(link, co_await eval(link, "read", ""));
     }
 
+    // Before a change is written: a store that lost or rewound what this replica applied
+    // gets this replica's kills back first. The script changes whatever state it finds,
+    // so a kill or revive written straight onto a store failed over to a lagging replica
+    // would give it a version no older than the replicas' and lift what the lag dropped.
+    // A state that was not lost is not applied here (it would lift kills made while the
+    // store was down, which are about to be written).
+    net::awaitable<void> unless_rewound(redis_link& link) {
+        auto s = co_await eval(link, "read", "");
+        if (lost_data(s))
+            co_await settle(link, std::move(s));
+    }
+
     void mark_up() {
         if (!up.exchange(true))
             spdlog::info("control store {} connected; kill switch shared", ep.where());
@@ -366,8 +378,10 @@ struct fleet_store::impl {
         sub = s;
         cmd = c;
         net::co_spawn(ctx, listen(s, generation), net::detached);
-        // Kills made while it was down, before any read. One at a time from the front: a
+        // Kills made while it was down, before any read is applied. One at a time from the front: a
         // kill() may append meanwhile, and one that fails stays for the next connection.
+        if (!pending.empty())
+            co_await unless_rewound(*c);
         while (!pending.empty()) {
             auto who = pending.front();
             co_await settle(*c, co_await eval(*c, "kill", who.value_or("")));
@@ -501,6 +515,7 @@ struct fleet_store::impl {
         if (up.load()) {
             try {
                 auto link = co_await open_link();
+                co_await unless_rewound(*link);
                 auto written = co_await eval(*link, kill ? "kill" : "revive", who.value_or(""));
                 auto adopted = co_await settle(*link, std::move(written));
                 c.result = change::outcome::shared;

@@ -778,6 +778,7 @@ TEST(settings, supervise_webhook_is_an_http_url_and_never_quoted) {
         auto d = errors_of(std::string(minimal) + "supervise: {webhook: \"" + url + "\"}\n");
         expect_error(d, message, 5, 22);
         EXPECT_EQ(dump(d).find("s3cret"), std::string::npos) << dump(d);
+        EXPECT_EQ(dump(d).find("cret@"), std::string::npos) << dump(d);
     }
 }
 
@@ -809,6 +810,10 @@ TEST(settings, control_store_is_a_redis_url_and_never_quoted) {
         {"redis://:s3cret@redis.example:99999/", "has an invalid port"},
         {"redis://s3cret@redis.example/", "has a user but no password"},
         {"s3cret", "is not an absolute URL"},
+        // A raw '#' in the password: the host or port looks wrong; the hint says how to
+        // write it.
+        {"redis://:s3#cret@redis.example:6379/0", "has no host (if the password holds '#'"},
+        {"redis://u:s3#cret@redis.example:6379/0", "write them %23, %3F, %2F, %40"},
     };
     for (const auto& [url, message] : bad) {
         auto d =

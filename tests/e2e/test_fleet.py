@@ -694,6 +694,27 @@ class fleet_test(unittest.TestCase):
             rl.cut()
 
 
+    def test_13_a_change_written_onto_a_rewound_store_keeps_the_kills_it_dropped(self):
+        a, b, c = self.a, self.b, self.c
+        status, doc = a.admin("POST", "/v1/kill", {"identity": "alpha"})
+        self.assertEqual((status, doc["store"]), (200, "shared"), doc)
+        self.everyone_sees({"all": False, "identities": ["alpha"]}, (a, b, c))
+        # A failover to a replica of Redis that lags by the last write: the version before,
+        # alpha's kill gone. A kill made at once, before any replica read the store again,
+        # must not make the lagging state current.
+        version = int(self.store.cli("HGET", "e2e:kill:state", "version"))
+        self.store.cli("HSET", "e2e:kill:state", "version", str(version - 1), "ids", "[]")
+        status, doc = b.admin("POST", "/v1/kill", {"identity": "beta"})
+        self.assertEqual((status, doc["store"]), (200, "shared"), doc)
+        both = {"all": False, "identities": ["alpha", "beta"]}
+        self.everyone_sees(both, (a, b, c))
+        self.assertEqual(c.get("alpha"), (503, "killed"))
+        for who in ("alpha", "beta"):
+            status, doc = c.admin("POST", "/v1/revive", {"identity": who})
+            self.assertEqual(status, 200, doc)
+        self.everyone_sees({"all": False, "identities": []}, (a, b, c))
+
+
 class fail_closed_test(unittest.TestCase):
     def test_fail_closed_refuses_new_flows_until_the_store_is_read(self):
         store = redis_server("late")  # not started yet: the port is free

@@ -43,27 +43,32 @@ void loader::redis_store(const YAML::Node& n, control_store_settings& cs) {
         return;
     if (auto* u = m->get("url")) {
         if (auto v = w_.str(*u, "control_store.redis.url")) {
+            // A raw '#', '?', '/' or '@' in the password moves the URL's parts around (the
+            // host or port then looks wrong): say how to write them, never the URL.
+            const std::string hint =
+                v->find_first_of("#?@") != std::string::npos
+                    ? " (if the password holds '#', '?', '/' or '@', write them %23, %3F, %2F, %40)"
+                    : "";
             auto url = boost::urls::parse_uri(*v);
             if (!url) {
-                w_.error(*u, "control_store.redis.url is not an absolute URL");
+                w_.error(*u, "control_store.redis.url is not an absolute URL" + hint);
             } else if (url->scheme() != "redis" && url->scheme() != "rediss") {
                 w_.error(*u, "control_store.redis.url must be a redis:// or rediss:// URL");
             } else if (url->host().empty()) {
-                w_.error(*u, "control_store.redis.url has no host");
+                w_.error(*u, "control_store.redis.url has no host" + hint);
             } else if (url->has_port() && (url->port().empty() || url->port().size() > 5 ||
                                            std::stoul(std::string(url->port())) == 0 ||
                                            std::stoul(std::string(url->port())) > 65535)) {
-                w_.error(*u, "control_store.redis.url has an invalid port (1-65535)");
+                w_.error(*u, "control_store.redis.url has an invalid port (1-65535)" + hint);
             } else if (url->has_userinfo() && !url->has_password()) {
                 w_.error(*u, "control_store.redis.url has a user but no password (a password "
                              "alone is written redis://:PASSWORD@host)");
             } else if (auto p = url->path();
                        !p.empty() && p != "/" && p.find_first_not_of("/0123456789") != p.npos) {
-                w_.error(*u, "control_store.redis.url's path must be a database number (/0)");
+                w_.error(*u,
+                         "control_store.redis.url's path must be a database number (/0)" + hint);
             } else if (url->has_query() || url->has_fragment()) {
-                w_.error(
-                    *u, "control_store.redis.url must not have a ?query or #fragment (a '?' or '#' "
-                        "in the password is written %3F or %23)");
+                w_.error(*u, "control_store.redis.url must not have a ?query or #fragment" + hint);
             } else {
                 cs.url = std::move(*v);
             }
