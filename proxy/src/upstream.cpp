@@ -1,7 +1,7 @@
 #include "upstream.hpp"
 
-#include "sluice/proxy/upstream_tls.hpp"
 #include "sluice/proxy/metrics.hpp"
+#include "sluice/proxy/upstream_tls.hpp"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/this_coro.hpp>
