@@ -1,23 +1,15 @@
 // Joined views: see joined.hpp for the model and its bounds.
 #include "joined.hpp"
 
+#include "spaces.hpp"
+
 #include <algorithm>
 
 namespace sluice::dlp::joined {
 
 namespace {
 
-bool is_ws(unsigned char c) noexcept {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-std::string_view trim_ws(std::string_view s) noexcept {
-    while (!s.empty() && is_ws(static_cast<unsigned char>(s.front())))
-        s.remove_prefix(1);
-    while (!s.empty() && is_ws(static_cast<unsigned char>(s.back())))
-        s.remove_suffix(1);
-    return s;
-}
+using spaces::is_space;
 
 // Appends the lines of one view; `piece(ordinal, head|tail)` gives the bytes.
 class line_writer {
@@ -43,14 +35,14 @@ private:
 
 void view::add(std::string_view raw) {
     value v;
-    const std::string_view s = trim_ws(raw);
+    const std::string_view s = spaces::trim(raw);
     if (!s.empty()) {
         v.any = true;
         std::size_t first_end = 0;
-        while (first_end < s.size() && !is_ws(static_cast<unsigned char>(s[first_end])))
+        while (first_end < s.size() && !is_space(static_cast<unsigned char>(s[first_end])))
             ++first_end;
         std::size_t last_begin = s.size();
-        while (last_begin > 0 && !is_ws(static_cast<unsigned char>(s[last_begin - 1])))
+        while (last_begin > 0 && !is_space(static_cast<unsigned char>(s[last_begin - 1])))
             --last_begin;
         v.whole = first_end == s.size() && s.size() <= edge;
         const std::string_view head = s.substr(0, std::min(first_end, edge));

@@ -2,6 +2,7 @@
 #include "sluice/dlp/seam.hpp"
 
 #include "joined.hpp"
+#include "spaces.hpp"
 
 #include <algorithm>
 
@@ -11,9 +12,7 @@ namespace {
 
 static_assert(seam_value_bytes == joined::edge, "an end value is one joined-view word");
 
-bool is_ws(unsigned char c) noexcept {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
+using spaces::is_space;
 
 bool is_label_char(unsigned char c) noexcept {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
@@ -45,22 +44,22 @@ std::vector<std::string> words(std::string_view text, bool forward) {
     while (out.size() < seam_values) {
         std::string_view w;
         if (forward) {
-            while (p < text.size() && is_ws(static_cast<unsigned char>(text[p])))
+            while (p < text.size() && is_space(static_cast<unsigned char>(text[p])))
                 ++p;
             if (p == text.size())
                 break;
             std::size_t q = p;
-            while (q < text.size() && !is_ws(static_cast<unsigned char>(text[q])))
+            while (q < text.size() && !is_space(static_cast<unsigned char>(text[q])))
                 ++q;
             w = text.substr(p, q - p);
             p = q;
         } else {
-            while (p > 0 && is_ws(static_cast<unsigned char>(text[p - 1])))
+            while (p > 0 && is_space(static_cast<unsigned char>(text[p - 1])))
                 --p;
             if (p == 0)
                 break;
             std::size_t q = p;
-            while (q > 0 && !is_ws(static_cast<unsigned char>(text[q - 1])))
+            while (q > 0 && !is_space(static_cast<unsigned char>(text[q - 1])))
                 --q;
             w = text.substr(q, p - q);
             p = q;

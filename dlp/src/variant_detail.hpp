@@ -8,6 +8,8 @@
 
 #include "sluice/dlp/variants.hpp"
 
+#include "spaces.hpp"
+
 #include <cstddef>
 #include <limits>
 #include <string>
@@ -21,10 +23,7 @@ namespace variant_detail {
 
 inline constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
 
-/// ASCII white space, as isspace(3) in the C locale.
-inline bool is_space(unsigned char c) noexcept {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
+using spaces::is_space;
 
 } // namespace variant_detail
 

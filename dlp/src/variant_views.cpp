@@ -22,15 +22,29 @@ namespace sluice::dlp {
 namespace {
 
 using text::lower;
-using variant_detail::is_space;
 using variant_detail::npos;
 
-std::string_view trim(std::string_view s) noexcept {
-    while (!s.empty() && is_space(static_cast<unsigned char>(s.front())))
-        s.remove_prefix(1);
-    while (!s.empty() && is_space(static_cast<unsigned char>(s.back())))
-        s.remove_suffix(1);
-    return s;
+using spaces::trim;
+
+// The names and values of `pairs` (a query or a form body: name=value&...), each
+// percent-decoded with '+' as a space (WHATWG URL, application/x-www-form-urlencoded) and
+// followed by '\n', appended to `out`; `piece` is scratch.
+void form_lines(std::string_view pairs, std::string& piece, std::string& out) {
+    std::size_t p = 0;
+    while (p <= pairs.size()) {
+        const std::size_t q = std::min(pairs.find('&', p), pairs.size());
+        const std::string_view pair = pairs.substr(p, q - p);
+        const std::size_t eq = pair.find('=');
+        decode::percent(pair.substr(0, eq), piece, true);
+        out += piece;
+        out += '\n';
+        if (eq != std::string_view::npos) {
+            decode::percent(pair.substr(eq + 1), piece, true);
+            out += piece;
+            out += '\n';
+        }
+        p = q + 1;
+    }
 }
 
 // A media-type parameter (boundary=...), quotes removed.
@@ -100,21 +114,7 @@ variant_status variant_scanner::scan_url(std::string_view target, std::string_vi
     // Query names and values, form-decoded ('+' is a space), one per line.
     if (query.find_first_of("%+") != std::string_view::npos) {
         buf.clear();
-        std::size_t p = 0;
-        while (p <= query.size()) {
-            const std::size_t q = std::min(query.find('&', p), query.size());
-            const std::string_view pair = query.substr(p, q - p);
-            const std::size_t eq = pair.find('=');
-            decode::percent(pair.substr(0, eq), piece, true);
-            buf += piece;
-            buf += '\n';
-            if (eq != std::string_view::npos) {
-                decode::percent(pair.substr(eq + 1), piece, true);
-                buf += piece;
-                buf += '\n';
-            }
-            p = q + 1;
-        }
+        form_lines(query, piece, buf);
         if (!charge(buf.size()))
             return variant_status::over_budget;
         chain = "query";
@@ -459,21 +459,7 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
     } else if (ct == "application/x-www-form-urlencoded" &&
                data.find_first_of("%+") != std::string_view::npos) {
         std::string piece;
-        std::size_t p = 0;
-        while (p <= data.size()) {
-            const std::size_t q = std::min(data.find('&', p), data.size());
-            const std::string_view pair = data.substr(p, q - p);
-            const std::size_t eq = pair.find('=');
-            decode::percent(pair.substr(0, eq), piece, true);
-            buf += piece;
-            buf += '\n';
-            if (eq != std::string_view::npos) {
-                decode::percent(pair.substr(eq + 1), piece, true);
-                buf += piece;
-                buf += '\n';
-            }
-            p = q + 1;
-        }
+        form_lines(data, piece, buf);
         if (!charge(buf.size()))
             return variant_status::over_budget;
         step("form");

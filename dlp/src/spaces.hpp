@@ -1,0 +1,22 @@
+// Internal to dlp/: ASCII white space as the extractors and joined views read it (the C
+// locale's isspace(3): space, \t, \n, \r, \f, \v). Pure functions.
+#pragma once
+
+#include <string_view>
+
+namespace sluice::dlp::spaces {
+
+inline bool is_space(unsigned char c) noexcept {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/// `s` without leading and trailing white space.
+inline std::string_view trim(std::string_view s) noexcept {
+    while (!s.empty() && is_space(static_cast<unsigned char>(s.front())))
+        s.remove_prefix(1);
+    while (!s.empty() && is_space(static_cast<unsigned char>(s.back())))
+        s.remove_suffix(1);
+    return s;
+}
+
+} // namespace sluice::dlp::spaces
