@@ -441,6 +441,8 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
         if (st != variant_status::ok)
             return st;
     }
+    if (st = scan_git(data, ct, c); st != variant_status::ok) // variant_git.cpp
+        return st;
     std::string buf;
     std::optional<joined::view> json_view; // parsed once, for this and the joined view
     if ((ct == "application/json" || (ct.size() > 5 && ct.ends_with("+json"))) &&

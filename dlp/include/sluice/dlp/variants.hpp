@@ -151,6 +151,13 @@ public:
     /// events of an event stream are scanned joined (src/joined.hpp): a finding that spans
     /// several values has variant "<extraction>:<ordinals>" ("json:2+5", 1-based, in
     /// document order), and its offset and length are into the joined lines, not the body.
+    /// A git push (Content-Type application/x-git-receive-pack-request) and any body that
+    /// is a packfile ("PACK" at offset 0, `sluice scan` of a .pack) are opened with
+    /// git.hpp: the commands, and every commit, tag, tree's names and blob the pack
+    /// carries, deltas resolved, each under its own location ("git:blob:<path>", a path
+    /// that itself holds a finding shown as "git:blob:[redacted]"); their inflated size is
+    /// charged to the decode budget. A push that cannot be read whole (corrupt, cut short,
+    /// a thin pack) is bad_encoding; one that inflates past the budget over_budget.
     variant_status scan_body(std::string_view body, std::string_view content_type,
                              std::string_view content_encoding, std::vector<variant_finding>& out);
 
@@ -204,6 +211,7 @@ private:
                             std::size_t off, std::size_t len);
     variant_status scan_body_joined(std::string_view data, std::string_view ct, ctx& c,
                                     const joined::view* json);
+    variant_status scan_git(std::string_view data, std::string_view ct, ctx& c);
     bool charge(std::size_t decoded_bytes) noexcept;
     std::size_t decode_room() const noexcept;
 
