@@ -134,17 +134,26 @@ answer make_answer(unsigned status, std::string_view reason, std::string_view fl
     return res;
 }
 
+bool is_receive_pack_advertisement(std::string_view method, std::string_view target) noexcept {
+    return git_endpoint_of(method, target) == git_endpoint::info_refs &&
+           target.find("service=git-receive-pack") != std::string_view::npos;
+}
+
 answer make_answer_for(std::string_view method, std::string_view url, unsigned status,
                        std::string_view reason, std::string_view flow,
                        const std::vector<std::string>& rules, bool keep_alive,
-                       const std::vector<ignore_hint>& hints) {
+                       const std::vector<ignore_hint>& hints, std::string_view where) {
     auto res = make_answer(status, reason, flow, rules, keep_alive, 11, hints);
     auto git = git_endpoint_of(method, url);
     if (git == git_endpoint::none)
         return res;
-    std::string message = phrase_safe(why(reason, flow, rules)) + " (" + std::to_string(status) +
-                          " " + std::string(error_kind(status)) +
-                          "; the audit record has the details)\n";
+    std::string said = why(reason, flow, rules);
+    if (const auto at = said.find(", flow "); where.starts_with("git:"))
+        said.insert(at == std::string::npos ? said.size() : at, " in " + std::string(where));
+    if (reason == "bad_encoding" && git == git_endpoint::receive_pack)
+        said += "; the push could not be read whole (a thin pack? try git push --no-thin)";
+    std::string message = phrase_safe(said) + " (" + std::to_string(status) + " " +
+                          std::string(error_kind(status)) + "; the audit record has the details)\n";
     switch (git) {
     case git_endpoint::info_refs:
         res.set(http::field::content_type, "text/plain; charset=utf-8");

@@ -51,11 +51,16 @@ answer make_answer(unsigned status, std::string_view reason, std::string_view fl
 ///  - POST .../git-upload-pack: 200 with an "ERR sluice: ..." pkt-line, which git
 ///    prints as "fatal: remote error: sluice: ...".
 /// Every other request gets make_answer(). The audit keeps the real decision: the 200 is
-/// only what git needs to show the message; nothing was forwarded.
+/// only what git needs to show the message; nothing was forwarded. `where`: the first
+/// finding's location when it names what a push carried ("git:blob:<path>", already
+/// scanned and redacted), said in git's message ("... in git:blob:config/aws.env").
 answer make_answer_for(std::string_view method, std::string_view url, unsigned status,
                        std::string_view reason, std::string_view flow,
                        const std::vector<std::string>& rules = {}, bool keep_alive = false,
-                       const std::vector<ignore_hint>& hints = {});
+                       const std::vector<ignore_hint>& hints = {}, std::string_view where = {});
+
+/// GET .../info/refs?service=git-receive-pack: the advertisement a push starts from.
+bool is_receive_pack_advertisement(std::string_view method, std::string_view target) noexcept;
 
 /// The "error" kind for a status, e.g. 403 -> "forbidden".
 std::string_view error_kind(unsigned status) noexcept;

@@ -1,5 +1,6 @@
 #include "exchange.hpp"
 
+#include "answers.hpp"
 #include "flow_audit.hpp"
 #include "http_fields.hpp"
 #include "websocket_relay.hpp"
@@ -53,9 +54,12 @@ step_result route(flow_context& fc, exchange& ex, const http::fields& head) {
     // policy streams large bodies (`dlp.large_bodies: stream`). Only an identity-coded
     // body of an allowed (not supervised) request streams (a compressed stream inside it
     // is decoded across windows by dlp::body_stream); a held request cannot hold a stream.
+    // A git push is never streamed: its pack is only readable whole (dlp/git.hpp).
     if (ex.declared_length && *ex.declared_length > policy.dlp.max_body) {
         ex.streamed = policy.dlp.stream_large_bodies && ex.rule->act == dlp::action::allow &&
-                      identity_coded_request(head) && head.find(http::field::upgrade) == head.end();
+                      identity_coded_request(head) &&
+                      head.find(http::field::upgrade) == head.end() &&
+                      !path.ends_with("/git-receive-pack");
         if (!ex.streamed) // the body, if it is being sent, is read off by the front end
             return refusal{413, "body_too_large"};
     }
@@ -234,7 +238,10 @@ step_result prepare_forward(flow_context& fc, exchange& ex, http::request<http::
     // Reflections are masked in the raw bytes: with any brokered secret configured, every
     // response is asked for unencoded. Not only on a flow that injected one: an API may
     // store the secret and return it later to a request on another connection.
-    if (plan.masker->active())
+    // A push's advertisement is relayed with `no-thin` added (response_relay.cpp), which
+    // needs its bytes as sent.
+    ex.git_advertisement = ex.inspect && is_receive_pack_advertisement(ex.method, tgt.origin_form);
+    if (plan.masker->active() || ex.git_advertisement)
         out.set(http::field::accept_encoding, "identity");
     out.set(http::field::host, tgt.host_header);
     out.body() = std::move(req.body());

@@ -57,6 +57,9 @@ struct exchange {
     bool upload_charged = false;  // the upload budget was charged for the declared length
     std::string supervise_reason; // set: held for approval before it is forwarded
     std::vector<dlp::finding_record> findings;
+    // GET .../info/refs?service=git-receive-pack of an inspected flow: its answer is relayed
+    // with `no-thin` added (dlp/git.hpp), so the push that follows carries every delta base.
+    bool git_advertisement = false;
 };
 
 /// How a step refuses: the answer's status and reason (answers.hpp), whether the

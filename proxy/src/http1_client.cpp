@@ -31,9 +31,16 @@ record_denial(flow_context& fc, unsigned status, std::string_view reason,
         reason = "audit_unavailable";
         keep_alive = false;
     }
+    // A push's message names what carried the finding (a file of the pack, already redacted).
+    std::string_view where;
+    for (const auto& f : findings)
+        if (f.location.starts_with("git:")) {
+            where = f.location;
+            break;
+        }
     co_return std::pair{make_answer_for(head_rec.method, head_rec.url, status, reason, fc.flow,
                                         rule_ids(findings), keep_alive,
-                                        ignore_hints(fc, status, findings)),
+                                        ignore_hints(fc, status, findings), where),
                         ok};
 }
 

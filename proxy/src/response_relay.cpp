@@ -6,11 +6,14 @@
 #include "stream_types.hpp"
 #include "upstream_pool.hpp"
 
+#include "sluice/dlp/git.hpp"
+
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
 #include <optional>
@@ -49,6 +52,46 @@ net::awaitable<bool> read_response_head(ClientStream& client, upstream<UpstreamS
     }
 }
 
+// The most of a receive-pack advertisement held to add `no-thin` (one line per ref: a
+// repository with a hundred thousand refs is about 8 MiB).
+constexpr std::size_t max_advertisement = 32u << 20;
+
+enum class advert_end { relayed, failed, too_large };
+
+// A push's advertisement (exchange::git_advertisement): read whole through the masker,
+// `no-thin` added to its capabilities (dlp/git.hpp), sent with its new length. One that is
+// not an advertisement after all goes out as it came.
+template <class ClientStream, class UpstreamStream>
+net::awaitable<advert_end> relay_advertisement(ClientStream& client, upstream<UpstreamStream>& up,
+                                               response_parser& rp, dlp::secret_masker& masker,
+                                               exchange& ex) {
+    auto& res = rp.get();
+    std::string body;
+    std::array<char, relay_chunk> chunk;
+    io_deadline dl;
+    while (!rp.is_done()) {
+        if (!co_await read_body_some(up, rp, chunk, masker, ex, dl))
+            co_return advert_end::failed;
+        if (res.body().data != nullptr)
+            body.append(static_cast<const char*>(res.body().data), res.body().size);
+        if (body.size() > max_advertisement)
+            co_return advert_end::too_large;
+    }
+    http::response<http::string_body> out{res.result(), 11};
+    out.reason(res.reason());
+    for (const auto& f : res)
+        if (f.name() != http::field::content_length && f.name() != http::field::transfer_encoding)
+            out.insert(f.name_string(), f.value());
+    auto rewritten = dlp::git::advertise_no_thin(body);
+    ex.rec.bytes_down += rewritten ? rewritten->size() - body.size() : 0;
+    out.body() = rewritten ? std::move(*rewritten) : std::move(body);
+    out.keep_alive(res.keep_alive());
+    out.prepare_payload();
+    beast::get_lowest_layer(client).expires_after(upstream_io_timeout);
+    auto [ec, n] = co_await http::async_write(client, out, as_tuple);
+    co_return ec ? advert_end::failed : advert_end::relayed;
+}
+
 } // namespace
 
 template <class ClientStream, class UpstreamStream>
@@ -78,7 +121,16 @@ net::awaitable<relay_end> relay_response(ClientStream& client, upstream<Upstream
     res.keep_alive(!end.client_close);
     const bool bodiless =
         rp.is_done() && (head_request || res.result_int() == 204 || res.result_int() == 304);
-    end.relay_ok = co_await relay_head_and_body(client, up, rp, bodiless, masker, ex);
+    if (ex.git_advertisement && res.result_int() == 200 && !bodiless && only_identity_coded(res)) {
+        const advert_end a = co_await relay_advertisement(client, up, rp, masker, ex);
+        if (a == advert_end::too_large) {
+            up.stream.reset();
+            co_return relay_end{refusal{502, "upstream_encoding"}};
+        }
+        end.relay_ok = a == advert_end::relayed;
+    } else {
+        end.relay_ok = co_await relay_head_and_body(client, up, rp, bodiless, masker, ex);
+    }
     if (!end.relay_ok || !upstream_keep_alive || up.buffer.size() != 0 ||
         (up.stream && holds_unread(*up.stream))) {
         up.stream.reset();
