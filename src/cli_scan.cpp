@@ -44,7 +44,10 @@ constexpr std::string_view scan_usage =
     "  HTML entities, Unicode look-alikes, gzip/zlib/zstd inside base64 or hex), and a\n"
     "  gzip, zlib or zstd file is opened, as the proxy does for a request body sent\n"
     "  without Content-Encoding; for those, offset/length give the wrapped run in the\n"
-    "  file and variant the chain.\n"
+    "  file and variant the chain. A git packfile is opened with libgit2 (deltas\n"
+    "  resolved) and each finding in it gets a location: git:blob:<path>, git:tree:<dir>,\n"
+    "  git:commit:<id> or git:tag:<name>; a pack that cannot be read whole is reported\n"
+    "  as 'cannot be decoded whole (bad_encoding)' (exit 2).\n"
     "  Exit 0 clean, 1 findings, 2 usage or input error.\n"
     "  --stats        print bytes scanned, scan seconds, MB/s (scanning only), rule compile\n"
     "                 time, file read time and findings per rule to stderr\n"
@@ -407,7 +410,11 @@ int cmd_scan(int argc, char** argv) {
             status = 2;
             continue;
         }
-        if (vst != dlp::variant_status::ok) {
+        if (vst == dlp::variant_status::bad_encoding) {
+            // A git pack (or push) that cannot be read whole: cut short, corrupt or thin.
+            std::cerr << "sluice scan: " << path << ": cannot be decoded whole (bad_encoding)\n";
+            status = 2;
+        } else if (vst != dlp::variant_status::ok) {
             std::cerr << "sluice scan: " << path << ": decode budget exceeded\n";
             status = 2; // the findings made before the budget ran out are still printed
         }
@@ -419,8 +426,10 @@ int cmd_scan(int argc, char** argv) {
             ++total_findings;
             if (text) {
                 std::cout << shown << ':' << vf.offset << ": " << f.rule_id << " (" << f.category
-                          << ") " << vf.variant << " length " << vf.length << ' ' << f.fingerprint
-                          << " confidence " << f.confidence << '\n';
+                          << ") " << vf.variant
+                          << (vf.location.empty() || vf.location == "body" ? "" : " in ")
+                          << (vf.location == "body" ? "" : vf.location) << " length " << vf.length
+                          << ' ' << f.fingerprint << " confidence " << f.confidence << '\n';
             } else {
                 // Built by hand so confidence prints as 0.99, not Boost.JSON's 9.9E-1;
                 // the only free-form string (the path) goes through the JSON serializer.
@@ -434,8 +443,12 @@ int cmd_scan(int argc, char** argv) {
                           << ",\"category\":"
                           << boost::json::serialize(boost::json::string(f.category))
                           << ",\"variant\":"
-                          << boost::json::serialize(boost::json::string(vf.variant)) << numbers
-                          << '\n';
+                          << boost::json::serialize(boost::json::string(vf.variant));
+                // Inside a container (a git pack's "git:blob:<path>"), where in it.
+                if (!vf.location.empty() && vf.location != "body")
+                    std::cout << ",\"location\":"
+                              << boost::json::serialize(boost::json::string(vf.location));
+                std::cout << numbers << '\n';
             }
         }
     }
