@@ -443,6 +443,9 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
     }
     if (st = scan_git(data, ct, c); st != variant_status::ok) // variant_git.cpp
         return st;
+    if (!ct.starts_with("multipart/")) // parts are opened one by one below
+        if (st = scan_archives(data, prefix, 0, 0, npos, c); st != variant_status::ok)
+            return st; // variant_archive.cpp
     std::string buf;
     std::optional<joined::view> json_view; // parsed once, for this and the joined view
     if ((ct == "application/json" || (ct.size() > 5 && ct.ends_with("+json"))) &&
@@ -514,6 +517,10 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
                             value = piece;
                         }
                     }
+                    if (st == variant_status::ok)
+                        st = scan_archives(value,
+                                           prefix.empty() ? "multipart" : prefix + ">multipart", 0,
+                                           0, npos, c);
                     parts.add(value);
                 }
                 p = next;

@@ -272,6 +272,8 @@ variant_status variant_scanner::open_compressed(std::string_view data, std::stri
     for (const std::size_t off : decode::magic_offsets(data, 17))
         if (st == variant_status::ok && off > 0)
             st = open(off);
+    if (st == variant_status::ok) // zip, tar, ... (variant_archive.cpp)
+        st = scan_archives(data, chain, depth, o, outer_len == npos ? npos : l, c);
     return st;
 }
 

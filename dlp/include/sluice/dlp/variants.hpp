@@ -158,6 +158,12 @@ public:
     /// that itself holds a finding shown as "git:blob:[redacted]"); their inflated size is
     /// charged to the decode budget. A push that cannot be read whole (corrupt, cut short,
     /// a thin pack) is bad_encoding; one that inflates past the budget over_budget.
+    /// An archive (archive.hpp: zip, tar, 7z, ...) as the body, as a multipart part, after
+    /// other bytes (a zip) or inside a decoded buffer (a tar in a gzip, a zip in base64)
+    /// has each member scanned under "archive:<member>" ("archive:a.zip/b.txt" nested,
+    /// "archive:[names]" for the member names, "archive:[redacted]" for a member whose
+    /// name holds a finding), variant "<chain>>zip"; each archive layer is a depth. One
+    /// that cannot be read whole (corrupt, encrypted) is bad_encoding.
     variant_status scan_body(std::string_view body, std::string_view content_type,
                              std::string_view content_encoding, std::vector<variant_finding>& out);
 
@@ -212,6 +218,9 @@ private:
     variant_status scan_body_joined(std::string_view data, std::string_view ct, ctx& c,
                                     const joined::view* json);
     variant_status scan_git(std::string_view data, std::string_view ct, ctx& c);
+    variant_status scan_archives(std::string_view data, const std::string& prefix,
+                                 std::size_t depth, std::size_t outer_off, std::size_t outer_len,
+                                 ctx& c);
     bool charge(std::size_t decoded_bytes) noexcept;
     std::size_t decode_room() const noexcept;
 
