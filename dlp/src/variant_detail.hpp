@@ -14,7 +14,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 namespace sluice::dlp {
@@ -51,7 +51,9 @@ struct variant_scanner::ctx {
     level next; ///< decoded candidates for the next depth
     std::string_view location;
     std::vector<variant_finding>* out = nullptr;
-    std::unordered_set<std::string> seen; // rule '\0' fingerprint
+    /// rule '\0' fingerprint -> its finding's index in *out (variants.cpp: a finding
+    /// seen again inside an archive's member takes the member's location).
+    std::unordered_map<std::string, std::size_t> seen;
     std::string tmp;
 };
 

@@ -155,11 +155,6 @@ variant_status variant_scanner::scan_buffer(std::string_view data, const std::st
             return variant_status::scanner_error;
     }
     for (auto& f : scratch_) {
-        std::string key = f.rule_id;
-        key += '\0';
-        key += f.fingerprint;
-        if (!c.seen.insert(std::move(key)).second)
-            continue; // already reported through a shorter chain
         variant_finding v;
         v.location = std::string(c.location);
         if (segs) {
@@ -185,6 +180,24 @@ variant_status variant_scanner::scan_buffer(std::string_view data, const std::st
             v.variant = chain.empty() ? "raw" : chain;
             v.offset = outer_off;
             v.length = outer_len;
+        }
+        std::string key = f.rule_id;
+        key += '\0';
+        key += f.fingerprint;
+        const auto [at, fresh] = c.seen.try_emplace(std::move(key), c.out->size());
+        if (!fresh) {
+            // Already reported through a shorter chain. The tar of a tar.gz is scanned as
+            // text before its members are: the member's name says more than "body". (A
+            // joined view drops and moves findings, so the index is checked.)
+            if (!c.location.starts_with("archive:") || at->second >= c.out->size())
+                continue;
+            auto& first = (*c.out)[at->second];
+            if (!first.location.starts_with("archive:") && first.f.rule_id == f.rule_id &&
+                first.f.fingerprint == f.fingerprint) {
+                v.f = std::move(f);
+                first = std::move(v);
+            }
+            continue;
         }
         v.f = std::move(f);
         c.out->push_back(std::move(v));
