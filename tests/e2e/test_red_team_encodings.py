@@ -34,14 +34,17 @@ import bz2
 import codecs
 import gzip
 import http.client
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import unittest
+import zipfile
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -538,6 +541,155 @@ class joined_across_requests_test(unittest.TestCase):
         self.assertEqual(code, "200")
         code, _ = send(base + "/b", body=("y: " + b[30:]).encode(), ct="text/plain")
         self.assertEqual(code, "200")
+
+
+def zip_of(members, password=None):
+    """A zip archive (PKWARE APPNOTE) of `members` ({name: bytes}), written by Python's
+    zipfile, or by Info-ZIP's zip with traditional PKWARE encryption when `password`."""
+    if password is None:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, data in members.items():
+                z.writestr(name, data)
+        return buf.getvalue()
+    d = tempfile.mkdtemp(dir=U.tmp)
+    for name, data in members.items():
+        os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    subprocess.run(["zip", "-q", "-P", password, "out.zip"] + list(members), cwd=d,
+                   check=True, timeout=TIMEOUT_S)
+    with open(os.path.join(d, "out.zip"), "rb") as f:
+        return f.read()
+
+
+def tgz_of(members):
+    """A gzip-compressed POSIX tar (an npm package tarball's shape: package/...)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as t:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = 1_700_000_000
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def npm_publish(name, tgz):
+    """The JSON document `npm publish` PUTs to a registry: the tarball in base64 under
+    _attachments (npm/libnpmpublish)."""
+    return json.dumps({
+        "_id": name, "name": name, "dist-tags": {"latest": "1.0.0"},
+        "versions": {"1.0.0": {"name": name, "version": "1.0.0",
+                               "dist": {"tarball": "https://registry.example/%s.tgz" % name}}},
+        "_attachments": {"%s-1.0.0.tgz" % name: {
+            "content_type": "application/octet-stream",
+            "data": base64.b64encode(tgz).decode(), "length": len(tgz)}}}).encode()
+
+
+def package_files(secret):
+    """An npm package whose config file holds `secret` (or is clean when it is None)."""
+    config = b"module.exports = { retries: 3 };\n" if secret is None else \
+        b"module.exports = { token: '%s' };\n" % secret.encode()
+    return {"package/package.json": b'{"name": "left-pad-x", "version": "1.0.0"}\n',
+            "package/index.js": b"module.exports = (s, n) => s.padStart(n);\n",
+            "package/lib/config.js": config}
+
+
+class archive_upload_test(unittest.TestCase):
+    """Archives and compressed files uploaded as a body, a multipart part, after other
+    bytes or base64 inside JSON (npm publish) are opened and every member scanned
+    (issue 21): a token in a member is 403 `dlp_finding` and never reaches the origin; an
+    archive sluice cannot open whole (encrypted) is 400 `bad_encoding`; clean ones reach
+    the origin byte for byte."""
+
+    def refused(self, path, reason="dlp_finding", status="403", **req):
+        code, answer = send(path, **req)
+        self.assertEqual(code, status, answer[:300])
+        doc = json.loads(answer)
+        self.assertEqual(doc["reason"], reason, doc)
+        self.assertEqual(lb.origin_got(path), [])
+        return doc
+
+    def uploads(self, secret):
+        """(name, request) pairs, each carrying `secret` (or nothing) packed another way."""
+        files = package_files(secret)
+        tgz, z = tgz_of(files), zip_of(files)
+        nested = tgz_of({"package/vendor.zip": zip_of({"deep/config.js":
+                                                       files["package/lib/config.js"]})})
+        gz = gzip.compress(files["package/lib/config.js"])
+        d = tempfile.mkdtemp(dir=U.tmp)
+        for name, data in (("p.tgz", tgz), ("p.zip", z), ("c.gz", gz)):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+        zst = subprocess.run(["zstd", "-q", "-c"], input=files["package/lib/config.js"],
+                             capture_output=True, check=True, timeout=TIMEOUT_S).stdout
+        return [
+            ("tar.gz body", dict(body=tgz, ct="application/octet-stream")),
+            ("zip body", dict(body=z, ct="application/zip")),
+            ("zip in tar.gz", dict(body=nested, ct="application/gzip")),
+            ("npm publish", dict(body=npm_publish("left-pad-x", tgz),
+                                 ct="application/json")),
+            ("multipart tar.gz", dict(forms=(("note", "release"),
+                                             ("pkg", "@%s/p.tgz;type=application/gzip" % d)))),
+            ("multipart zip", dict(forms=(("pkg", "@%s/p.zip;type=application/zip" % d),))),
+            ("multipart gzip, no type", dict(forms=(("f", "@%s/c.gz" % d),))),
+            ("gzip after other bytes", dict(body=b"--header--\n" + gz, ct="text/plain")),
+            ("zstd after other bytes", dict(body=b"BLOB " + zst,
+                                            ct="application/octet-stream")),
+        ]
+
+    def test_a_token_in_any_packed_upload_is_refused(self):
+        for name, req in self.uploads(fresh_token()):
+            with self.subTest(upload=name):
+                doc = self.refused("/archive-%s" % tp.marker(), **req)
+                self.assertIn("github-pat-classic", doc["rules"])
+
+    def test_the_same_uploads_clean_are_forwarded_unchanged(self):
+        for name, req in self.uploads(None):
+            with self.subTest(upload=name):
+                path = "/archive-clean-%s" % tp.marker()
+                code, answer = send(path, **req)
+                self.assertEqual(code, "200", answer[:300])
+                got = lb.origin_got(path)
+                self.assertEqual(len(got), 1)
+                if "body" in req:
+                    self.assertEqual(got[0]["body"], req["body"])
+
+    def test_a_member_named_like_a_token_is_refused_and_not_recorded(self):
+        t = fresh_token()
+        doc = self.refused("/archive-name-%s" % tp.marker(),
+                           body=zip_of({"keys/%s.txt" % t: b"see name\n"}),
+                           ct="application/zip")
+        self.assertIn("github-pat-classic", doc["rules"])
+        self.assertNotIn(t[:24].encode(), audit_bytes())
+
+    def test_an_encrypted_zip_is_bad_encoding(self):
+        """Its members cannot be read, so they cannot be inspected: refused, clean or not."""
+        for secret in (None, fresh_token()):
+            with self.subTest(secret=secret is not None):
+                self.refused("/archive-enc-%s" % tp.marker(), "bad_encoding", "400",
+                             body=zip_of(package_files(secret), password="hunter2"),
+                             ct="application/zip")
+
+    def test_sluice_scan_opens_zip_and_tar_gz_files(self):
+        t = fresh_token()
+        files = package_files(t)
+        found = {}
+        for name, data in (("pkg.zip", zip_of(files)), ("pkg.tar.gz", tgz_of(files))):
+            path = os.path.join(U.tmp, name)
+            with open(path, "wb") as f:
+                f.write(data)
+            r = subprocess.run([os.environ["SLUICE_BIN"], "scan", "--format", "jsonl", path],
+                               capture_output=True, timeout=START_TIMEOUT_S)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            found[name] = [json.loads(line) for line in r.stdout.splitlines()]
+            self.assertNotIn(t.encode(), r.stdout)  # findings are redacted
+        for name, findings in found.items():
+            with self.subTest(file=name):
+                self.assertIn("github-pat-classic", [f["rule"] for f in findings])
+                self.assertTrue(any("archive:package/lib/config.js" in json.dumps(f)
+                                    for f in findings), findings)
 
 
 class zz_audit_test(unittest.TestCase):
