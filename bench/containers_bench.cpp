@@ -12,7 +12,7 @@
 //
 // bytes_per_second is over the request body as sent (compressed); the counter
 // "inflated_MB" gives the bytes of the files inside, "findings" the false positives.
-#include "sluice/config/rules_loader.hpp"
+#include "bench_support.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
 #include "sluice/dlp/variants.hpp"
@@ -88,16 +88,7 @@ const inputs& made() {
     return in;
 }
 
-std::shared_ptr<const sluice::detectors::ruleset> builtin() {
-    static const auto rs = []() -> std::shared_ptr<const sluice::detectors::ruleset> {
-        auto rules = sluice::config::builtin_rules();
-        if (!rules)
-            return nullptr;
-        auto compiled = sluice::detectors::ruleset::compile(std::move(*rules));
-        return compiled ? *compiled : nullptr;
-    }();
-    return rs;
-}
+using sluice::bench::builtin;
 
 void run(benchmark::State& state, const std::string& body, std::string_view type) {
     if (body.empty() || !builtin()) {

@@ -16,15 +16,13 @@
 //
 // Counters: bytes_per_second (Google Benchmark), compile_ms of the ruleset, findings.
 #include "../detectors/src/detail/ruleset_impl.hpp"
-#include "sluice/config/rules_loader.hpp"
+#include "bench_support.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
 
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <string>
 
 namespace {
@@ -33,24 +31,12 @@ const std::string& corpus() {
     static const std::string data = [] {
         const char* env = std::getenv("SLUICE_BENCH_CORPUS");
         const std::string path = env != nullptr ? env : "/tmp/sluice-corpus/corpus.bin";
-        std::ifstream in(path, std::ios::binary);
-        return in ? std::string(std::istreambuf_iterator<char>(in),
-                                std::istreambuf_iterator<char>())
-                  : std::string();
+        return sluice::bench::read_whole(path);
     }();
     return data;
 }
 
-std::shared_ptr<const sluice::detectors::ruleset> builtin() {
-    static const auto rs = []() -> std::shared_ptr<const sluice::detectors::ruleset> {
-        auto rules = sluice::config::builtin_rules();
-        if (!rules)
-            return nullptr;
-        auto compiled = sluice::detectors::ruleset::compile(std::move(*rules));
-        return compiled ? *compiled : nullptr;
-    }();
-    return rs;
-}
+using sluice::bench::builtin;
 
 bool ready(benchmark::State& state) {
     if (corpus().empty()) {

@@ -18,7 +18,7 @@
 //
 // Counters: bytes_per_second over the corpus size; candidates, decoded MB and scanned
 // decoded buffers per pass; findings.
-#include "sluice/config/rules_loader.hpp"
+#include "bench_support.hpp"
 #include "sluice/detectors/ruleset.hpp"
 #include "sluice/detectors/scanner.hpp"
 #include "sluice/dlp/variants.hpp"
@@ -29,8 +29,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 
 namespace {
@@ -43,26 +41,15 @@ const std::string& corpus() {
         paths.emplace_back("/tmp/corpus64/corpus.bin");
         paths.emplace_back("/tmp/sluice-corpus/corpus.bin");
         for (const auto& p : paths) {
-            std::ifstream in(p, std::ios::binary);
-            if (in)
-                return std::string(std::istreambuf_iterator<char>(in),
-                                   std::istreambuf_iterator<char>());
+            if (std::string bytes = sluice::bench::read_whole(p); !bytes.empty())
+                return bytes;
         }
         return std::string();
     }();
     return data;
 }
 
-std::shared_ptr<const sluice::detectors::ruleset> builtin() {
-    static const auto rs = []() -> std::shared_ptr<const sluice::detectors::ruleset> {
-        auto rules = sluice::config::builtin_rules();
-        if (!rules)
-            return nullptr;
-        auto compiled = sluice::detectors::ruleset::compile(std::move(*rules));
-        return compiled ? *compiled : nullptr;
-    }();
-    return rs;
-}
+using sluice::bench::builtin;
 
 bool ready(benchmark::State& state) {
     if (corpus().empty()) {
@@ -192,11 +179,8 @@ const std::vector<std::string>& bodies() {
             for (const auto& e : std::filesystem::directory_iterator(dir, ec))
                 files.push_back(e.path());
             std::sort(files.begin(), files.end());
-            for (const auto& f : files) {
-                std::ifstream in(f, std::ios::binary);
-                out.emplace_back(std::istreambuf_iterator<char>(in),
-                                 std::istreambuf_iterator<char>());
-            }
+            for (const auto& f : files)
+                out.push_back(sluice::bench::read_whole(f.string()));
             break;
         }
         return out;
