@@ -31,8 +31,7 @@ AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY"
 class G:
     tmp = None
     origin = None
-    proc = None
-    log = None
+    run = None  # the tp.agent_run
     port = None
     ca = None
     root = None  # the server's repositories
@@ -88,45 +87,12 @@ def setUpModule():
     tp.make_certificates(G.tmp)
     G.origin = git_origin("git", os.path.join(G.tmp, "origin.pem"),
                           os.path.join(G.tmp, "origin.key"))
-    G.port = tp.free_port()
-    data_dir = os.path.join(G.tmp, "data")
-    G.audit_path = os.path.join(G.tmp, "audit.jsonl")
-    config = os.path.join(G.tmp, "sluice.yaml")
-    with open(config, "w") as f:
-        f.write(f"""version: 1
-data_dir: {data_dir}
-listeners:
-  - address: 127.0.0.1:{G.port}
-    identity: agent
-ca: {{cert: ca.pem, key: ca.key}}
-upstream:
-  ca_file: {os.path.join(G.tmp, "test-ca.pem")}
-  connect_timeout: 5s
-identities:
-  - name: agent
-policies:
-  - identity: agent
-    rules:
-      - hosts: ["localhost"]
-        ports: [{G.origin.port}]
-        action: allow
-    dlp: {{detectors: [all], on_finding: deny}}
-    private_destinations: [127.0.0.1/32]
-admin: {{address: "127.0.0.1:{tp.free_port()}", token_file: admin.token}}
-audit: {{path: {G.audit_path}, fsync: always}}
-""")
-    G.log = open(os.path.join(G.tmp, "sluice.log"), "wb")
-    G.proc = subprocess.Popen([path, "run", "--config", config], stdout=G.log,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              env=tp.client_env())
-    if not tp.wait_for_port(G.port, G.proc, START_TIMEOUT_S):
-        tearDownModule()
-        raise RuntimeError("sluice did not start")
-    G.ca = os.path.join(data_dir, "ca.pem")
+    G.run = tp.agent_run(G.tmp, G.origin)
+    G.port, G.audit_path, G.ca = G.run.port, G.run.audit_path, G.run.ca
 
 
 def tearDownModule():
-    tp.stop_run(G.proc, (G.origin,), (G.log,), G.tmp)
+    G.run.stop()
 
 
 def git(*args, cwd=None, check=True):

@@ -361,6 +361,59 @@ def admin_reload(admin_port, data_dir):
         conn.close()
 
 
+class agent_run:
+    """One `sluice run` for a suite that needs one identity and one origin: a listener on
+    a free port for identity `agent`, `rules` (YAML list items at the rules' indent)
+    before the rule that allows and inspects `origin` (a recording_origin on localhost)
+    with `dlp` (a YAML flow mapping), the test CA trusted upstream, the audit fsync'd.
+    Waits for the port; raises RuntimeError (after stopping what it started) when sluice
+    does not open it. Attributes: proc, port, data_dir, ca (sluice's CA), audit_path,
+    log. `stop()` ends it as stop_run does, origin and scratch folder included."""
+
+    def __init__(self, tmp, origin, rules="", dlp="{detectors: [all], on_finding: deny}"):
+        self.tmp, self.origin = tmp, origin
+        self.port = free_port()
+        self.data_dir = os.path.join(tmp, "data")
+        self.audit_path = os.path.join(tmp, "audit.jsonl")
+        self.ca = os.path.join(self.data_dir, "ca.pem")
+        config = os.path.join(tmp, "sluice.yaml")
+        with open(config, "w") as f:
+            f.write(f"""version: 1
+data_dir: {self.data_dir}
+listeners:
+  - address: 127.0.0.1:{self.port}
+    identity: agent
+ca: {{cert: ca.pem, key: ca.key}}
+upstream:
+  ca_file: {os.path.join(tmp, "test-ca.pem")}
+  connect_timeout: 5s
+identities:
+  - name: agent
+policies:
+  - identity: agent
+    rules:
+{rules}      - hosts: ["localhost"]
+        ports: [{origin.port}]
+        action: allow
+    dlp: {dlp}
+    private_destinations: [127.0.0.1/32]
+admin: {{address: "127.0.0.1:{free_port()}", token_file: admin.token}}
+metrics: {{address: "127.0.0.1:{free_port()}"}}
+audit: {{path: {self.audit_path}, fsync: always}}
+""")
+        self.log = open(os.path.join(tmp, "sluice.log"), "wb")
+        self.proc = subprocess.Popen([sluice_binary(), "run", "--config", config],
+                                     stdout=self.log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=client_env())
+        if not wait_for_port(self.port, self.proc, START_TIMEOUT_S):
+            self.stop()
+            raise RuntimeError("sluice did not start")
+
+    def stop(self):
+        stop_run(self.proc, (self.origin,), (self.log,), self.tmp)
+
+
 def stop_run(proc, origins, files, tmp):
     """Ends one suite's run: sluice (SIGTERM, SIGKILL after 10 s), the origins, the log
     files, and the scratch folder (kept when SLUICE_E2E_KEEP is set). Shared by the e2e

@@ -19,6 +19,11 @@ one let a checksum-valid GitHub token leave through sluice or stay in its audit 
 - A token cut over two requests to one destination (JSON chunks on two connections,
   labelled halves on one kept-alive connection): the second is refused (the seam of
   dlp/seam.hpp); unrelated requests one after another are forwarded.
+- Archives and compressed files (issue 21): a token in a member of a tar.gz, a zip, a zip
+  inside a tar.gz, an npm publish document (the tarball in base64 in JSON), a multipart
+  tar.gz/zip/gzip part, or gzip/zstd after other bytes: 403 `dlp_finding`, nothing at the
+  origin; an encrypted zip is 400 `bad_encoding`; clean ones arrive unchanged; `sluice
+  scan` of a .zip and a .tar.gz names the member.
 
 Run by ctest (tests/e2e/CMakeLists.txt, SLUICE_BIN set) or by hand:
   SLUICE_BIN=build/sluice python3 tests/e2e/test_red_team_encodings.py -v
@@ -59,8 +64,7 @@ TIMEOUT_S = 30
 class U:
     tmp = None
     origin = None
-    proc = None
-    log = None
+    run = None  # the tp.agent_run
     port = None
     audit_path = None
     sluice_ca = None
@@ -68,59 +72,24 @@ class U:
 
 
 def setUpModule():
-    path = os.environ.get("SLUICE_BIN")
-    if not path:
+    if not os.environ.get("SLUICE_BIN"):
         raise unittest.SkipTest("SLUICE_BIN is not set (ctest sets it to the built sluice)")
     U.tmp = tempfile.mkdtemp(prefix="sluice-red-team-")
     tp.make_certificates(U.tmp)
     U.origin = tp.recording_origin("tls", os.path.join(U.tmp, "origin.pem"),
                                    os.path.join(U.tmp, "origin.key"))
-    U.port = tp.free_port()
-    data_dir = os.path.join(U.tmp, "data")
-    U.audit_path = os.path.join(U.tmp, "audit.jsonl")
-    config = os.path.join(U.tmp, "sluice.yaml")
-    with open(config, "w") as f:
-        f.write(f"""version: 1
-data_dir: {data_dir}
-listeners:
-  - address: 127.0.0.1:{U.port}
-    identity: agent
-ca: {{cert: ca.pem, key: ca.key}}
-upstream:
-  ca_file: {os.path.join(U.tmp, "test-ca.pem")}
-  connect_timeout: 5s
-identities:
-  - name: agent
-policies:
-  - identity: agent
-    rules:
+    U.run = tp.agent_run(U.tmp, U.origin, dlp="{detectors: [all]}", rules="""\
       - hosts: ["*.attacker.example"]
         action: deny
-      - hosts: ["localhost"]
-        ports: [{U.origin.port}]
-        action: allow
-    dlp:
-      detectors: [all]
-    private_destinations: [127.0.0.1/32]
-admin: {{address: "127.0.0.1:{tp.free_port()}", token_file: admin.token}}
-metrics: {{address: "127.0.0.1:{tp.free_port()}"}}
-audit: {{path: {U.audit_path}, fsync: always}}
 """)
-    U.log = open(os.path.join(U.tmp, "sluice.log"), "wb")
-    U.proc = subprocess.Popen([path, "run", "--config", config], stdout=U.log,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              env=tp.client_env())
-    if not tp.wait_for_port(U.port, U.proc, START_TIMEOUT_S):
-        tearDownModule()
-        raise RuntimeError("sluice did not start")
-    U.sluice_ca = os.path.join(data_dir, "ca.pem")
+    U.port, U.audit_path, U.sluice_ca = U.run.port, U.run.audit_path, U.run.ca
     lb.B.tmp, lb.B.origin, lb.B.ports, lb.B.sluice_ca = U.tmp, U.origin, {"agent": U.port}, \
         U.sluice_ca
     lb.B.audit_path = U.audit_path
 
 
 def tearDownModule():
-    tp.stop_run(U.proc, (U.origin,), (U.log,), U.tmp)
+    U.run.stop()
 
 
 def fresh_token():
