@@ -1,7 +1,8 @@
 // The joined-view extractor (dlp/src/joined.hpp) on arbitrary bytes: the first byte picks
 // the extraction (JSON, form/query, path, SSE), the rest is the text. The lines stay within
 // the documented bound, marks are in order and inside the lines, and every span name is
-// empty or lists at least two ordinals of values that exist.
+// empty or lists at least two ordinals of values that exist. The fast path (no marks)
+// writes the same bytes, and with a split every line holds values from both sides.
 #include "joined.hpp"
 
 #include <cstddef>
@@ -56,6 +57,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::string name = joined::name_span(marks, off, 9);
         if (!name.empty() && name.find('+') == std::string::npos)
             std::abort();
+    }
+    std::string fast;
+    std::size_t fast_at = 0;
+    if (!v.lines(fast, nullptr, fast_at) || fast != out || fast_at != window_at)
+        std::abort();
+    // A split after the first byte's worth of values: each line written crosses it.
+    const std::size_t split = 1 + data[0] / 4 % n;
+    std::string cut;
+    std::vector<joined::mark> cut_marks;
+    std::size_t cut_at = 0;
+    if (!v.lines(cut, &cut_marks, cut_at, split) || cut.size() > out.size())
+        std::abort();
+    for (std::size_t begin = 0; begin < cut.size();) {
+        const std::size_t end = cut.find('\n', begin);
+        if (end == std::string::npos)
+            std::abort(); // every line ends with '\n'
+        const auto ords = joined::span(cut_marks, begin, end - begin);
+        if (end > begin && (ords.empty() || ords.front() >= split || ords.back() < split))
+            std::abort();
+        begin = end + 1;
     }
     return 0;
 }

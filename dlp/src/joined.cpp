@@ -4,6 +4,7 @@
 #include "spaces.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace sluice::dlp::joined {
 
@@ -11,24 +12,58 @@ namespace {
 
 using spaces::is_space;
 
-// Appends the lines of one view; `piece(ordinal, head|tail)` gives the bytes.
-class line_writer {
+// Counts the bytes the lines would take: the first pass, so the buffer is sized once.
+class line_counter {
 public:
-    line_writer(std::string& out, std::vector<mark>& marks)
-        : out_(out)
-        , marks_(marks) {}
-    void put(std::string_view bytes, std::uint32_t ordinal) {
-        marks_.push_back({out_.size(), ordinal});
-        out_.append(bytes);
-    }
-    void end() {
-        marks_.push_back({out_.size(), no_value});
-        out_.push_back('\n');
-    }
+    void put(std::string_view bytes, std::uint32_t) noexcept { size_ += bytes.size(); }
+    void end() noexcept { ++size_; }
+    void start_run() noexcept {}
+    void drop_run() noexcept {}
+    std::size_t size() const noexcept { return size_; }
 
 private:
-    std::string& out_;
-    std::vector<mark>& marks_;
+    std::size_t size_ = 0;
+};
+
+// Writes the lines into room sized by line_counter, with their marks when asked for.
+class line_writer {
+public:
+    line_writer(char* at, std::size_t base, std::vector<mark>* marks) noexcept
+        : begin_(at)
+        , at_(at)
+        , base_(base)
+        , marks_(marks) {}
+    [[gnu::always_inline]] void put(std::string_view bytes, std::uint32_t ordinal) {
+        if (marks_)
+            marks_->push_back({offset(), ordinal});
+        std::memcpy(at_, bytes.data(), bytes.size());
+        at_ += bytes.size();
+    }
+    [[gnu::always_inline]] void end() {
+        if (marks_)
+            marks_->push_back({offset(), no_value});
+        *at_++ = '\n';
+    }
+    // A direct run that turns out not to cross the split is taken back.
+    void start_run() noexcept {
+        run_at_ = at_;
+        run_marks_ = marks_ ? marks_->size() : 0;
+    }
+    void drop_run() {
+        at_ = run_at_;
+        if (marks_)
+            marks_->resize(run_marks_);
+    }
+    std::size_t written() const noexcept { return static_cast<std::size_t>(at_ - begin_); }
+
+private:
+    std::size_t offset() const noexcept { return base_ + written(); }
+    char* begin_;
+    char* at_;
+    std::size_t base_;
+    std::vector<mark>* marks_;
+    char* run_at_ = nullptr;
+    std::size_t run_marks_ = 0;
 };
 
 } // namespace
@@ -63,51 +98,63 @@ void view::add(std::string_view raw) {
     values_.push_back(v);
 }
 
-bool view::lines(std::string& out, std::vector<mark>& marks, std::size_t& window_at) const {
+// The lines of joined.hpp, written through `w` (a line_counter or a line_writer); returns
+// where the window lines start, relative to the first byte written.
+template <class Writer>
+std::size_t view::emit(Writer& w, std::size_t split) const {
     const std::size_t n = values_.size();
-    std::size_t with_word = 0;
-    for (const auto& v : values_)
-        with_word += v.any ? 1 : 0;
-    if (with_word < 2)
-        return false;
-    const auto head = [&](std::size_t i) { return this->head(i); };
-    const auto tail = [&](std::size_t i) { return this->tail(i); };
-    line_writer w(out, marks);
     const auto ord = [](std::size_t i) { return static_cast<std::uint32_t>(i); };
+    // With a split, a line is kept only when it holds values from both sides of it.
+    const auto crosses = [&](std::size_t first, std::size_t last) {
+        return split == 0 || (first < split && last >= split);
+    };
 
     // Direct: consecutive values; a value that is not whole ends the run with its head and
     // starts the next with its tail.
     bool open = false;
+    std::size_t run_first = 0, run_last = 0;
+    const auto close = [&] {
+        if (crosses(run_first, run_last))
+            w.end();
+        else
+            w.drop_run();
+        open = false;
+    };
     for (std::size_t i = 0; i < n; ++i) {
         const auto& v = values_[i];
         if (!v.any)
             continue;
         if (open && !v.whole) {
             w.put(head(i), ord(i));
-            w.end();
-            open = false;
+            run_last = i;
+            close();
         }
         if (!open) {
+            w.start_run();
             w.put(tail(i), ord(i));
+            run_first = run_last = i;
             open = true;
         } else {
             w.put(head(i), ord(i));
+            run_last = i;
         }
     }
     if (open)
-        w.end();
-    window_at = out.size();
+        close();
+    std::size_t window_at = 0;
+    if constexpr (requires { w.written(); })
+        window_at = w.written();
 
     // Windows: two or three parts, next to each other or with other values between them.
     // Each line starts with its first part, so a rule that wants a boundary before the
     // secret (AKIA...) matches, which the direct line's neighbours would prevent.
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < n && (split == 0 || i < split); ++i) {
         if (!values_[i].any)
             continue;
         const std::size_t last =
             n <= small_view ? std::min(n - 1, i + window - 1) : std::min(n - 1, i + 2);
         for (std::size_t j = i + 1; j <= last; ++j) {
-            if (!values_[j].any)
+            if (!values_[j].any || !crosses(i, j))
                 continue;
             w.put(tail(i), ord(i));
             w.put(head(j), ord(j));
@@ -117,7 +164,7 @@ bool view::lines(std::string& out, std::vector<mark>& marks, std::size_t& window
             if (!values_[j].whole)
                 continue;
             for (std::size_t k = j + 1; k <= last; ++k) {
-                if (!values_[k].any)
+                if (!values_[k].any || !crosses(i, k))
                     continue;
                 w.put(tail(i), ord(i));
                 w.put(head(j), ord(j));
@@ -126,6 +173,23 @@ bool view::lines(std::string& out, std::vector<mark>& marks, std::size_t& window
             }
         }
     }
+    return window_at;
+}
+
+bool view::lines(std::string& out, std::vector<mark>* marks, std::size_t& window_at,
+                 std::size_t split) const {
+    std::size_t with_word = 0;
+    for (const auto& v : values_)
+        with_word += v.any ? 1 : 0;
+    if (with_word < 2)
+        return false;
+    line_counter count;
+    emit(count, split);
+    const std::size_t base = out.size();
+    out.resize(base + count.size());
+    line_writer w(out.data() + base, base, marks);
+    window_at = base + emit(w, split);
+    out.resize(base + w.written());
     return true;
 }
 

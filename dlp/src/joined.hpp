@@ -68,19 +68,29 @@ public:
     /// Value i's first word and last word (at most `edge` bytes each; empty when the value
     /// has no word).
     std::string_view head(std::size_t i) const noexcept {
-        return std::string_view(text_).substr(values_[i].head_at, values_[i].head_len);
+        return {text_.data() + values_[i].head_at, values_[i].head_len};
     }
     std::string_view tail(std::size_t i) const noexcept {
-        return std::string_view(text_).substr(values_[i].tail_at, values_[i].tail_len);
+        return {text_.data() + values_[i].tail_at, values_[i].tail_len};
     }
 
-    /// Appends the lines described above to `out` and their marks to `marks` (offsets into
-    /// `out`); the window lines start at `window_at` (the direct lines come first). Returns
+    /// Appends the lines described above to `out` and their marks to `*marks` (offsets into
+    /// `out`; null: no marks, the fast path, called again with marks only when a finding
+    /// needs naming); the window lines start at `window_at` (the direct lines come first).
+    /// With `split` > 0 only lines holding a value before ordinal `split` and one at or
+    /// after it are written (a seam: each side's own lines were scanned with it). Returns
     /// false (and writes nothing) when there is nothing to join (fewer than two values with
-    /// a word).
-    bool lines(std::string& out, std::vector<mark>& marks, std::size_t& window_at) const;
+    /// a word). The buffer grows once, by the lines' exact size.
+    bool lines(std::string& out, std::vector<mark>* marks, std::size_t& window_at,
+               std::size_t split = 0) const;
+    bool lines(std::string& out, std::vector<mark>& marks, std::size_t& window_at) const {
+        return lines(out, &marks, window_at);
+    }
 
 private:
+    template <class Writer>
+    std::size_t emit(Writer& w, std::size_t split) const;
+
     struct value {
         std::size_t head_at = 0, head_len = 0; ///< into text_
         std::size_t tail_at = 0, tail_len = 0;

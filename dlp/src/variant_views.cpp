@@ -256,6 +256,18 @@ bool variant_scanner::one_value_explains(std::string_view lines,
     return false;
 }
 
+// The marks of a view's lines, written again (lines() leaves them out on the fast path;
+// they are wanted only when a line found something). `size` checks it is the same buffer.
+static std::vector<joined::mark> marks_of(const joined::view& v, std::size_t size,
+                                          std::size_t split) {
+    std::string again;
+    std::vector<joined::mark> marks;
+    std::size_t window_at = 0;
+    if (!v.lines(again, &marks, window_at, split) || again.size() != size)
+        marks.clear();
+    return marks;
+}
+
 // Joined lines: the direct lines with every decoder (a base64 run cut over two fields is
 // decoded whole), the window lines with the detectors only (they are the same values in
 // other combinations, and decoding each of them again would multiply the decoders' work by
@@ -276,9 +288,8 @@ variant_status variant_scanner::scan_lines(std::string_view lines, std::size_t w
 // decoder; a finding that spans values is renamed "<view>:<ordinals>".
 variant_status variant_scanner::scan_joined(const joined::view& v, ctx& c) {
     std::string buf;
-    std::vector<joined::mark> marks;
     std::size_t window_at = 0;
-    if (!opts_.joined || !v.lines(buf, marks, window_at))
+    if (!opts_.joined || !v.lines(buf, nullptr, window_at))
         return variant_status::ok;
     if (!charge(buf.size()))
         return variant_status::over_budget;
@@ -286,6 +297,9 @@ variant_status variant_scanner::scan_joined(const joined::view& v, ctx& c) {
     std::string chain = "joined:" + v.name();
     const std::size_t prefix = chain.size();
     const auto st = scan_lines(buf, window_at, chain, c);
+    if (c.out->size() == before)
+        return st;
+    const std::vector<joined::mark> marks = marks_of(v, buf.size(), 0);
     std::size_t kept = before;
     for (std::size_t i = before; i < c.out->size(); ++i) {
         auto& f = (*c.out)[i];
@@ -313,10 +327,12 @@ variant_status variant_scanner::scan_seam(const message_ends& before, const mess
         v.add(s);
     for (const auto& s : after.first)
         v.add(s);
+    // Only the lines that hold values from both messages: each side's own were scanned
+    // with that message.
+    const std::size_t split = before.last.size();
     std::string buf;
-    std::vector<joined::mark> marks;
     std::size_t window_at = 0;
-    if (!v.lines(buf, marks, window_at))
+    if (!v.lines(buf, nullptr, window_at, split) || buf.empty())
         return variant_status::ok;
     if (!charge(buf.size()))
         return variant_status::over_budget;
@@ -326,7 +342,9 @@ variant_status variant_scanner::scan_seam(const message_ends& before, const mess
     c.out = &found;
     std::string chain = "seam";
     const auto st = scan_lines(buf, window_at, chain, c);
-    const std::size_t split = before.last.size();
+    if (found.empty())
+        return st;
+    const std::vector<joined::mark> marks = marks_of(v, buf.size(), split);
     for (auto& f : found) {
         const auto ords = joined::span(marks, f.offset, f.length);
         if (ords.empty() || ords.front() >= split || ords.back() < split ||

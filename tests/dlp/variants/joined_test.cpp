@@ -94,6 +94,28 @@ TEST(joined_view, a_value_with_words_gives_its_first_and_last_word) {
     EXPECT_EQ(out.find("key"), std::string::npos);
 }
 
+TEST(joined_view, without_marks_the_same_lines_and_with_a_split_only_the_crossing_ones) {
+    joined::view v("seam");
+    for (const char* s : {"AKIA", "zz1", "IDVW", "TFKT"})
+        v.add(s);
+    std::string all, fast, cut;
+    std::vector<joined::mark> marks;
+    std::size_t at_all = 0, at_fast = 0, at_cut = 0;
+    ASSERT_TRUE(v.lines(all, marks, at_all));
+    ASSERT_TRUE(v.lines(fast, nullptr, at_fast));
+    EXPECT_EQ(fast, all);
+    EXPECT_EQ(at_fast, at_all);
+    // Split before the third value: "AKIAIDVW" and "zz1TFKT" cross it, "AKIAzz1" and
+    // "IDVWTFKT" do not.
+    ASSERT_TRUE(v.lines(cut, nullptr, at_cut, 2));
+    EXPECT_NE(cut.find("AKIAIDVW\n"), std::string::npos);
+    EXPECT_NE(cut.find("zz1TFKT\n"), std::string::npos);
+    EXPECT_EQ(cut.find("AKIAzz1\n"), std::string::npos);
+    EXPECT_EQ(cut.find("\nIDVWTFKT\n"), std::string::npos);
+    EXPECT_FALSE(cut.starts_with("IDVWTFKT\n"));
+    EXPECT_LT(cut.size(), all.size());
+}
+
 TEST(joined_view, nothing_to_join) {
     joined::view v("json");
     v.add("one");
