@@ -22,6 +22,8 @@ namespace sluice::dlp {
 namespace variant_detail {
 
 inline constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
+/// The Content-Type of a git push body (gitprotocol-http, "Smart Service git-receive-pack").
+inline constexpr std::string_view receive_pack_type = "application/x-git-receive-pack-request";
 
 using spaces::is_space;
 

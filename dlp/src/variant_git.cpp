@@ -13,8 +13,6 @@ namespace sluice::dlp {
 
 namespace {
 
-constexpr std::string_view receive_pack_type = "application/x-git-receive-pack-request";
-
 // "git:blob:" + path -> the prefix, for a path that must not reach a record.
 std::string redacted(std::string_view location) {
     const auto second = location.find(':', 4);
@@ -27,7 +25,7 @@ std::string redacted(std::string_view location) {
 } // namespace
 
 variant_status variant_scanner::scan_git(std::string_view data, std::string_view ct, ctx& c) {
-    const bool push = ct == receive_pack_type;
+    const bool push = ct == variant_detail::receive_pack_type;
     if (!push && !git::is_pack(data))
         return variant_status::ok;
     const std::string_view outer = c.location;

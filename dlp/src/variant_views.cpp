@@ -7,6 +7,7 @@
 
 #include "sluice/detectors/text.hpp"
 #include "sluice/dlp/decode.hpp"
+#include "sluice/dlp/git.hpp"
 #include "sluice/dlp/seam.hpp"
 
 #include "joined.hpp"
@@ -196,15 +197,31 @@ variant_status variant_scanner::scan_leftovers(const std::vector<std::string>& p
     return variant_status::ok;
 }
 
-// gzip members and zstd frames that start after other bytes ("junk" + gzip stream): the
-// magic is 3-4 bytes, so text rarely holds one, and a false start fails within bytes.
+// The values of an inflated buffer that is JSON by shape (a tool call gzipped without a
+// Content-Encoding), for its joined view; nothing for anything else.
+static std::optional<joined::view> json_values(std::string_view text) {
+    const std::size_t first = text.find_first_not_of(" \t\r\n");
+    if (first == std::string_view::npos || (text[first] != '{' && text[first] != '['))
+        return std::nullopt;
+    std::optional<joined::view> v(std::in_place, "json");
+    if (!joined::add_json(*v, text))
+        return std::nullopt;
+    return v;
+}
+
+// gzip members, zstd frames, bzip2 and zlib streams that start after other bytes ("junk" +
+// gzip stream): decode::embedded_offsets finds them, and a false start fails within bytes.
 variant_status variant_scanner::scan_embedded(std::string_view data, const std::string& prefix,
                                               ctx& c, bool leftover) {
     std::string inflated;
     std::string chain;
-    for (const std::size_t off : decode::magic_offsets(data, 17)) {
+    // Every gzip, zstd, bzip2 or zlib start, each a candidate (a cap that skipped the rest
+    // would let decoy magics hide the real stream after them).
+    for (const std::size_t off : decode::embedded_offsets(data)) {
         if (off == 0 && !leftover)
             continue; // sniffed by the caller
+        if (++stats_.candidates > opts_.budget.max_candidates)
+            return variant_status::over_budget;
         std::string_view name;
         decode::leftovers left;
         const auto rc = decode::sniffed(data.substr(off), decode_room(), inflated, name, &left);
@@ -223,6 +240,8 @@ variant_status variant_scanner::scan_embedded(std::string_view data, const std::
         auto st = process(inflated, chain, 1, 0, npos, c);
         if (st == variant_status::ok && !left.empty())
             st = scan_leftovers(left, name, chain, 1, c);
+        if (const auto v = json_values(inflated); st == variant_status::ok && v)
+            st = scan_joined(*v, c);
         if (st != variant_status::ok)
             return st;
     }
@@ -446,6 +465,8 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
                 return variant_status::over_budget;
             step(name);
             st = process(inflated, chain, 1, 0, npos, c);
+            if (const auto v = json_values(inflated); st == variant_status::ok && v)
+                st = scan_joined(*v, c); // a split tool call, gzipped as it is
             if (st != variant_status::ok)
                 return st;
         }
@@ -455,7 +476,11 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
             if (st != variant_status::ok)
                 return st;
         }
-        st = scan_embedded(data, prefix, c, false);
+        // Not in a git push or pack: git.hpp reads every object (and refuses a pack with
+        // bytes after it), and opening each object's zlib stream here as well would charge
+        // the push twice to the decode budget.
+        if (ct != variant_detail::receive_pack_type && !git::is_pack(data))
+            st = scan_embedded(data, prefix, c, false);
         if (st != variant_status::ok)
             return st;
     }

@@ -187,12 +187,16 @@ variant_status variant_scanner::scan_buffer(std::string_view data, const std::st
         const auto [at, fresh] = c.seen.try_emplace(std::move(key), c.out->size());
         if (!fresh) {
             // Already reported through a shorter chain. The tar of a tar.gz is scanned as
-            // text before its members are: the member's name says more than "body". (A
-            // joined view drops and moves findings, so the index is checked.)
-            if (!c.location.starts_with("archive:") || at->second >= c.out->size())
+            // text before its members are, and a pack's zlib streams are opened as embedded
+            // streams before git reads them: the member's name or the blob's path says more
+            // than "body". (A joined view drops and moves findings, so the index is checked.)
+            const auto named = [](std::string_view l) {
+                return l.starts_with("archive:") || l.starts_with("git:");
+            };
+            if (!named(c.location) || at->second >= c.out->size())
                 continue;
             auto& first = (*c.out)[at->second];
-            if (!first.location.starts_with("archive:") && first.f.rule_id == f.rule_id &&
+            if (!named(first.location) && first.f.rule_id == f.rule_id &&
                 first.f.fingerprint == f.fingerprint) {
                 v.f = std::move(f);
                 first = std::move(v);
@@ -282,9 +286,15 @@ variant_status variant_scanner::open_compressed(std::string_view data, std::stri
         return try_decoded(inflated, name, chain, depth, o, l, c);
     };
     auto st = open(0);
-    for (const std::size_t off : decode::magic_offsets(data, 17))
-        if (st == variant_status::ok && off > 0)
-            st = open(off);
+    // Every stream start, each a candidate: a cap that skipped the rest would let decoy
+    // magics hide the stream after them.
+    for (const std::size_t off : decode::embedded_offsets(data)) {
+        if (st != variant_status::ok)
+            break;
+        if (off > 0)
+            st = ++stats_.candidates <= opts_.budget.max_candidates ? open(off)
+                                                                    : variant_status::over_budget;
+    }
     if (st == variant_status::ok) // zip, tar, ... (variant_archive.cpp)
         st = scan_archives(data, chain, depth, o, outer_len == npos ? npos : l, c);
     return st;

@@ -10,6 +10,10 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -486,6 +490,80 @@ std::vector<std::size_t> magic_offsets(std::string_view data, std::size_t max) {
         if (k == z)
             z = next(0x28, k + 1);
     }
+    return at;
+}
+
+namespace {
+
+// True when a zlib stream plausibly starts at b: the header check passes (RFC 1950
+// section 2.2) and inflating its first bytes raises no error. Text passes the header
+// check now and then ("HK", "(S", "x^"); it then fails within a few bytes. One inflate
+// state per thread, reset per probe, so a false start costs no allocation.
+bool zlib_start(const unsigned char* b, std::size_t n) noexcept {
+    if (n < 3 || !zlib_header(b[0], b[1]))
+        return false;
+    struct probe {
+        z_stream zs{};
+        bool ok = false;
+        probe() { ok = inflateInit2(&zs, 15) == Z_OK; }
+        ~probe() {
+            if (ok)
+                inflateEnd(&zs);
+        }
+    };
+    thread_local probe p;
+    if (!p.ok || inflateReset(&p.zs) != Z_OK)
+        return false;
+    unsigned char sink[256];
+    p.zs.next_in = const_cast<unsigned char*>(b);
+    p.zs.avail_in = static_cast<uInt>(std::min<std::size_t>(n, 256));
+    p.zs.next_out = sink;
+    p.zs.avail_out = sizeof sink;
+    const int rc = inflate(&p.zs, Z_SYNC_FLUSH);
+    return rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR;
+}
+
+// A zlib CMF byte: CM 8, CINFO 0-7 (0x08, 0x18, ... 0x78).
+bool zlib_cmf(unsigned char c) noexcept {
+    return (c & 0x8f) == 0x08;
+}
+
+} // namespace
+
+std::vector<std::size_t> embedded_offsets(std::string_view data) {
+    std::vector<std::size_t> at;
+    const auto* b = reinterpret_cast<const unsigned char*>(data.data());
+    const std::size_t n = data.size();
+    const auto check = [&](std::size_t k) {
+        const unsigned char c = b[k];
+        if ((c == 0x1f && gzip_magic(b + k, n - k)) || (c == 0x28 && zstd_magic(b + k, n - k)) ||
+            (c == 'B' && bzip2_magic(b + k, n - k)) || (zlib_cmf(c) && zlib_start(b + k, n - k)))
+            at.push_back(k);
+    };
+    std::size_t k = 0;
+#if defined(__SSE2__)
+    // 16 positions per test on the byte and the one after it, then only the positions a
+    // magic can start at: 1f 8b, 28 b5, "BZ", or a zlib CMF byte followed by a FLG without
+    // the preset-dictionary bit (lowercase letters, digits and most punctuation have it,
+    // so "hC" and "XG" are checked and "he" is not).
+    const auto eq = [](__m128i v, int c) {
+        return _mm_cmpeq_epi8(v, _mm_set1_epi8(static_cast<char>(c)));
+    };
+    for (; k + 17 <= n; k += 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + k));
+        const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + k + 1));
+        const __m128i cmf = eq(_mm_and_si128(v, _mm_set1_epi8(static_cast<char>(0x8f))), 0x08);
+        const __m128i no_dict = eq(_mm_and_si128(w, _mm_set1_epi8(0x20)), 0);
+        const __m128i hit = _mm_or_si128(
+            _mm_or_si128(_mm_and_si128(cmf, no_dict), _mm_and_si128(eq(v, 0x1f), eq(w, 0x8b))),
+            _mm_or_si128(_mm_and_si128(eq(v, 0x28), eq(w, 0xb5)),
+                         _mm_and_si128(eq(v, 'B'), eq(w, 'Z'))));
+        for (auto m = static_cast<unsigned>(_mm_movemask_epi8(hit)); m != 0; m &= m - 1)
+            check(k + static_cast<std::size_t>(__builtin_ctz(m)));
+    }
+#endif
+    for (; k < n; ++k)
+        check(k);
     return at;
 }
 

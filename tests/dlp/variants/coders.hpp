@@ -5,6 +5,7 @@
 #pragma once
 
 #include <brotli/encode.h>
+#include <bzlib.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -57,6 +58,36 @@ inline std::string zlib(std::string_view in) {
     std::string out(len, '\0');
     compress2(reinterpret_cast<Bytef*>(out.data()), &len, reinterpret_cast<const Bytef*>(in.data()),
               static_cast<uLong>(in.size()), 6);
+    out.resize(len);
+    return out;
+}
+
+/// A zlib stream (RFC 1950) with a `bits`-bit window (9..15): the header's CMF byte is
+/// 0x78 for 15 and 0x18 for 9, which a decoder accepts whatever its own window.
+inline std::string zlib_window(std::string_view in, int bits) {
+    z_stream zs{};
+    if (deflateInit2(&zs, 6, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        throw std::runtime_error("deflateInit2");
+    std::string out(deflateBound(&zs, static_cast<uLong>(in.size())), '\0');
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+    zs.avail_in = static_cast<uInt>(in.size());
+    zs.next_out = reinterpret_cast<Bytef*>(out.data());
+    zs.avail_out = static_cast<uInt>(out.size());
+    const int rc = deflate(&zs, Z_FINISH);
+    out.resize(zs.total_out);
+    deflateEnd(&zs);
+    if (rc != Z_STREAM_END)
+        throw std::runtime_error("deflate");
+    return out;
+}
+
+/// A bzip2 stream (libbz2, block size 9).
+inline std::string bzip2(std::string_view in) {
+    unsigned len = static_cast<unsigned>(in.size() + in.size() / 100 + 600);
+    std::string out(len, '\0');
+    if (BZ2_bzBuffToBuffCompress(out.data(), &len, const_cast<char*>(in.data()),
+                                 static_cast<unsigned>(in.size()), 9, 0, 0) != BZ_OK)
+        throw std::runtime_error("bzip2");
     out.resize(len);
     return out;
 }

@@ -128,6 +128,49 @@ TEST_F(leftovers_test, further_members_and_streams_are_decoded) {
     expect_found(body("", tc::gzip(text_) + "pad" + tc::gzip(tok_)), "", "sniffed gzip + gzip");
 }
 
+// Found by a red-team pass: zlib and bzip2 streams after other bytes were never opened (a
+// whole token in zlib after one byte reached the origin). Decoy magics in front do not
+// hide the real stream either.
+TEST_F(leftovers_test, every_compressed_stream_after_other_bytes_is_opened) {
+    std::string lines;
+    for (int k = 0; k < 200; ++k)
+        lines += "entry " + std::to_string(k * 7919 % 1000) + " of the log\n";
+    const std::string secret = lines + "key=" + tok_ + "\n";
+    for (const auto& [what, packed] : std::vector<std::pair<std::string, std::string>>{
+             {"zlib", tc::zlib_window(secret, 15)},
+             {"zlib, 512-byte window", tc::zlib_window(secret, 9)},
+             {"bzip2", tc::bzip2(secret)}}) {
+        ASSERT_EQ(packed.find(tok_), std::string::npos) << what;
+        for (const std::string& junk : {"J"s, "header line\n"s, lines}) {
+            expect_found(body("", junk + packed), "",
+                         what + " after " + std::to_string(junk.size()) + " bytes");
+        }
+    }
+    // Text that passes the zlib header check ("HK", "(S", "x^", "XG") is not a stream.
+    const auto clean = body("", "HKEY_LOCAL (SELECT x^2) XGBoost hC 8O " + lines, "text/plain");
+    EXPECT_EQ(clean.kind, verdict_kind::forward) << clean.reason;
+    // Forty decoy gzip magics, then the real member.
+    std::string decoys;
+    for (int k = 0; k < 40; ++k)
+        decoys += "\x1f\x8b\x08 not a member ";
+    expect_found(body("", decoys + tc::gzip(secret)), "", "gzip after 40 decoys");
+}
+
+// A tool call split over two fields and gzipped, sent without a Content-Encoding: the
+// inflated JSON gets its joined view like a declared one.
+TEST_F(leftovers_test, a_split_tool_call_gzipped_without_a_coding_is_joined) {
+    const std::string call =
+        "{\"a\": \"" + tok_.substr(0, 20) + "\", \"j\": \"x\", \"b\": \"" + tok_.substr(20) + "\"}";
+    for (const std::string& packed : {tc::gzip(call), "pad" + tc::gzip(call)}) {
+        const auto v = body("", packed);
+        EXPECT_EQ(v.status, 403) << v.reason;
+        bool joined = false;
+        for (const auto& f : v.findings)
+            joined = joined || f.variant.starts_with("json:");
+        EXPECT_TRUE(joined);
+    }
+}
+
 TEST_F(leftovers_test, malformed_codings_are_bad_encoding) {
     const std::string gz = tc::gzip(text_);
     for (const auto& [coding, data] : std::vector<std::pair<std::string, std::string>>{

@@ -80,6 +80,12 @@ inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
 /// a stream, in order, at most `max` of them: compressed bytes hidden after other bytes.
 std::vector<std::size_t> magic_offsets(std::string_view data, std::size_t max);
 
+/// Every offset in `data` where a compressed stream that sniffed() opens may start: a gzip
+/// member, a zstd frame, a bzip2 stream ("BZh1".."BZh9" and a block or end magic) or a
+/// zlib stream (RFC 1950 header check, and its first bytes inflate without an error).
+/// All of them, in order: the caller bounds the work (each offset is a candidate).
+std::vector<std::size_t> embedded_offsets(std::string_view data);
+
 /// One Content-Encoding decoder fed a body piece by piece (a streamed body, RFC 9112
 /// chunks, windows): the same codings and the same output bound as content(), with one
 /// zlib/brotli/zstd state for the whole stream, so a stream split anywhere decodes to the
