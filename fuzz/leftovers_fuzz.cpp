@@ -3,7 +3,9 @@
 // streaming decoder. Checks: the output never exceeds the limit; every leftover is a copy
 // of input bytes (a decoder reports only what it was given, never invented or decoded
 // bytes) and at most 1 MiB; decoding in two pieces gives the same status and bytes as in
-// one; magic_offsets reports only real gzip/zstd magics, in order.
+// one; magic_offsets reports only real gzip/zstd magics, in order; embedded_offsets
+// reports, in order, every gzip/zstd magic and only offsets whose stream sniffed() opens
+// (SSE2 blocks and the scalar tail agree: the input is also checked one byte in).
 #include "sluice/dlp/decode.hpp"
 
 #include <cstddef>
@@ -63,6 +65,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             std::abort();
         prev = at;
         first = false;
+    }
+    for (const std::string_view text : {in, in.substr(1)}) {
+        const auto all = decode::embedded_offsets(text);
+        const auto gz = decode::magic_offsets(text, std::size_t(-1));
+        std::size_t g = 0;
+        for (std::size_t i = 0; i < all.size(); ++i) {
+            if (i > 0 && all[i] <= all[i - 1])
+                std::abort();
+            std::string opened;
+            std::string_view name;
+            if (decode::sniffed(text.substr(all[i]), 1024, opened, name) ==
+                decode::inflate_status::unknown)
+                std::abort(); // a start that sniffed() does not recognise
+            if (g < gz.size() && gz[g] == all[i])
+                ++g;
+        }
+        if (g != gz.size())
+            std::abort(); // a gzip/zstd magic embedded_offsets missed
     }
     return 0;
 }
