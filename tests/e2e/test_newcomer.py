@@ -184,8 +184,8 @@ def sh(cmd, env=None, timeout=CLIENT_TIMEOUT_S, **kw):
                           timeout=timeout, **kw)
 
 
-def sluice(*args, env=None):
-    return sh([tp.sluice_binary(), *args], env=env)
+def sluice(*args, env=None, timeout=CLIENT_TIMEOUT_S):
+    return sh([tp.sluice_binary(), *args], env=env, timeout=timeout)
 
 
 def wait_for_audit(predicate, count=1):
@@ -534,8 +534,10 @@ class scan_cli_test(unittest.TestCase):
     def test_rule_cost_takes_a_separate_number_and_can_be_limited_to_rules_files(self):
         rules = self.write("acme.yml", CUSTOM_RULES)
         corpus = self.write("corpus.txt", "nothing here but acme_0123456789abcdef01234567\n" * 50)
+        # Three Hyperscan compiles of the whole ruleset: tens of seconds in the sanitizer
+        # build on 2 busy cores (it once took over 60 s there).
         r = sluice("scan", "--rules", rules, "--rule-cost", "1", "--rule-cost-scope", "rules",
-                   "--format", "text", corpus)
+                   "--format", "text", corpus, timeout=300)
         self.assertEqual(r.returncode, 1, r.stderr)  # a finding; "1" was not read as a file
         self.assertIn("acme-token", r.stdout)
         self.assertNotIn("cannot read", r.stderr)
