@@ -68,14 +68,40 @@ private:
 
 } // namespace
 
+namespace {
+
+// A word that is only a field label: up to 32 letters, digits, '_' or '-', then ':' or '='
+// ("part1:", "key="), as seam.hpp reads labels.
+bool label_only(std::string_view w) noexcept {
+    if (w.size() < 2 || w.size() > 33 || (w.back() != ':' && w.back() != '='))
+        return false;
+    for (const char ch : w.substr(0, w.size() - 1)) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+} // namespace
+
 void view::add(std::string_view raw) {
     value v;
-    const std::string_view s = spaces::trim(raw);
+    std::string_view s = spaces::trim(raw);
     if (!s.empty()) {
         v.any = true;
         std::size_t first_end = 0;
         while (first_end < s.size() && !is_space(static_cast<unsigned char>(s[first_end])))
             ++first_end;
+        // A value that starts with a label ("part1: X", an SSE event `data: part2: Y`):
+        // its first word is the word after the label, so labelled halves join as XY.
+        if (first_end < s.size() && label_only(s.substr(0, first_end))) {
+            s = spaces::trim(s.substr(first_end));
+            first_end = 0;
+            while (first_end < s.size() && !is_space(static_cast<unsigned char>(s[first_end])))
+                ++first_end;
+        }
         std::size_t last_begin = s.size();
         while (last_begin > 0 && !is_space(static_cast<unsigned char>(s[last_begin - 1])))
             --last_begin;

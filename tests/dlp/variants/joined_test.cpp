@@ -190,6 +190,23 @@ TEST_F(joined_test, form_multipart_and_sse) {
     EXPECT_EQ(sf[0].variant, "sse:1+2");
 }
 
+// Found by a red-team pass: a label in front of each half ("part1: X", the shape issue 21
+// names for messages) made the half a tail and the label the next head, so they never met.
+TEST_F(joined_test, labelled_halves_join_in_sse_events_and_json_values) {
+    const std::string sse =
+        "data: part1: " + cut(gh, 0, 20) + "\n\ndata: part2: " + cut(gh, 20, gh.size()) + "\n\n";
+    const auto sf = body(sse, "text/event-stream");
+    ASSERT_FALSE(sf.empty());
+    EXPECT_EQ(sf[0].variant, "sse:1+2");
+    const std::string j = R"({"a": "first= )" + cut(aws, 0, 10) + R"(", "b": "second= )" +
+                          cut(aws, 10, aws.size()) + "\"}";
+    const auto jf = body(j, "application/json");
+    ASSERT_FALSE(jf.empty());
+    EXPECT_EQ(jf[0].variant, "json:1+2");
+    // Labels alone join nothing.
+    EXPECT_TRUE(body("data: part1: hello\n\ndata: part2: world\n\n", "text/event-stream").empty());
+}
+
 TEST_F(joined_test, a_base64_token_cut_over_two_fields) {
     // base64("ghp_...") split in two JSON values: joined, then decoded.
     const std::string b64 = "Z2hwX09oYlZycG9pVmdSVjVJZkxCY2Jmbm9HTWJKbVRQUzJnak51dA==";
