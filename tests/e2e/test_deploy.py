@@ -395,8 +395,8 @@ def run_recipe(name, **variables):
 
 def audit_records(path):
     try:
-        with open(path, encoding="utf-8") as f:
-            recs = [json.loads(line) for line in f if line.strip()]
+        with open(path, "rb") as f:
+            recs = tp.audit_lines(f.read())
         return [r for r in recs if r.get("event") != "start"]  # completions: one per exchange
     except FileNotFoundError:
         return []

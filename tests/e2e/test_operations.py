@@ -221,7 +221,7 @@ logging: {{level: info, format: json}}
     def audit_records(self):
         try:
             with open(self.audit_path, "rb") as f:
-                recs = [json.loads(line) for line in f.read().splitlines() if line.strip()]
+                recs = tp.audit_lines(f.read())
             return [r for r in recs if r.get("event") != "start"]  # one per exchange
         except FileNotFoundError:
             return []

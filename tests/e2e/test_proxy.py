@@ -610,16 +610,20 @@ def marker():
     return uuid.uuid4().hex[:12]
 
 
+def audit_lines(data):
+    """The records of an audit file's bytes. A last line without its newline is one sluice
+    is still writing: left for the next read, not parsed half-written."""
+    done = data[:data.rfind(b"\n") + 1]
+    return [json.loads(line) for line in done.splitlines() if line.strip()]
+
+
 def read_audit():
     try:
         with open(S.audit_path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return b"", []
-    records = []
-    for line in data.splitlines():
-        if line.strip():
-            records.append(json.loads(line))
+    records = audit_lines(data)
     # One record per exchange, as before start records: an exchange that went upstream
     # is recorded by a start (before forwarding) and its completion; readers count the
     # completion. read_audit_all() includes the starts.
@@ -630,7 +634,7 @@ def read_audit_all():
     """Every record, start records included."""
     try:
         with open(S.audit_path, "rb") as f:
-            return [json.loads(line) for line in f.read().splitlines() if line.strip()]
+            return audit_lines(f.read())
     except FileNotFoundError:
         return []
 

@@ -297,7 +297,7 @@ def closed_by_peer(s):
 def audit_records():
     try:
         with open(st.audit, "rb") as f:
-            recs = [json.loads(line) for line in f.read().splitlines() if line.strip()]
+            recs = tp.audit_lines(f.read())
         return [r for r in recs if r.get("event") != "start"]  # completions: one per exchange
     except FileNotFoundError:
         return []

@@ -537,7 +537,7 @@ def tp_read_audit():
             data = f.read()
     except FileNotFoundError:
         return b"", []
-    return data, [json.loads(line) for line in data.splitlines() if line.strip()]
+    return data, tp.audit_lines(data)
 
 
 # ---------------------------------------------------------------- differential
