@@ -591,9 +591,23 @@ class archive_upload_test(unittest.TestCase):
         for name, data in (("p.tgz", tgz), ("p.zip", z), ("c.gz", gz)):
             with open(os.path.join(d, name), "wb") as f:
                 f.write(data)
-        zst = subprocess.run(["zstd", "-q", "-c"], input=files["package/lib/config.js"],
-                             capture_output=True, check=True, timeout=TIMEOUT_S).stdout
+        cfg = files["package/lib/config.js"]
+        zst = subprocess.run(["zstd", "-q", "-c"], input=cfg, capture_output=True, check=True,
+                             timeout=TIMEOUT_S).stdout
+        small = zlib.compressobj(6, zlib.DEFLATED, 9)  # a 512-byte window: CMF 0x18
+        zl9 = small.compress(cfg) + small.flush()
+        a, b = (secret[:20], secret[20:]) if secret else ("hello", "world")
+        split = json.dumps({"a": a, "j": "x", "b": b}).encode()
         return [
+            # Found by a red-team pass (the zlib one carried the whole token out):
+            ("zlib after one byte", dict(body=b"J" + zlib.compress(cfg),
+                                         ct="application/octet-stream")),
+            ("zlib, small window, after bytes", dict(body=b"BLOB " + zl9,
+                                                     ct="application/octet-stream")),
+            ("bzip2 after bytes", dict(body=b"--header--\n" + bz2.compress(cfg),
+                                       ct="application/octet-stream")),
+            ("split JSON gzipped, no coding", dict(body=gzip.compress(split),
+                                                   ct="application/octet-stream")),
             ("tar.gz body", dict(body=tgz, ct="application/octet-stream")),
             ("zip body", dict(body=z, ct="application/zip")),
             ("zip in tar.gz", dict(body=nested, ct="application/gzip")),
