@@ -75,12 +75,9 @@ namespace {
 bool label_only(std::string_view w) noexcept {
     if (w.size() < 2 || w.size() > 33 || (w.back() != ':' && w.back() != '='))
         return false;
-    for (const char ch : w.substr(0, w.size() - 1)) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-'))
+    for (const char ch : w.substr(0, w.size() - 1))
+        if (!spaces::is_label_char(static_cast<unsigned char>(ch)))
             return false;
-    }
     return true;
 }
 
@@ -91,16 +88,18 @@ void view::add(std::string_view raw) {
     std::string_view s = spaces::trim(raw);
     if (!s.empty()) {
         v.any = true;
-        std::size_t first_end = 0;
-        while (first_end < s.size() && !is_space(static_cast<unsigned char>(s[first_end])))
-            ++first_end;
+        const auto word_end = [](std::string_view t) {
+            std::size_t e = 0;
+            while (e < t.size() && !is_space(static_cast<unsigned char>(t[e])))
+                ++e;
+            return e;
+        };
+        std::size_t first_end = word_end(s);
         // A value that starts with a label ("part1: X", an SSE event `data: part2: Y`):
         // its first word is the word after the label, so labelled halves join as XY.
         if (first_end < s.size() && label_only(s.substr(0, first_end))) {
             s = spaces::trim(s.substr(first_end));
-            first_end = 0;
-            while (first_end < s.size() && !is_space(static_cast<unsigned char>(s[first_end])))
-                ++first_end;
+            first_end = word_end(s);
         }
         std::size_t last_begin = s.size();
         while (last_begin > 0 && !is_space(static_cast<unsigned char>(s[last_begin - 1])))

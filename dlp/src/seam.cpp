@@ -12,12 +12,8 @@ namespace {
 
 static_assert(seam_value_bytes == joined::edge, "an end value is one joined-view word");
 
+using spaces::is_label_char;
 using spaces::is_space;
-
-bool is_label_char(unsigned char c) noexcept {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-';
-}
 
 // A word without its label (`part1:X` -> X) and the quotes and brackets around it.
 std::string_view bare(std::string_view w) noexcept {

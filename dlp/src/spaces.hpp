@@ -1,5 +1,6 @@
 // Internal to dlp/: ASCII white space as the extractors and joined views read it (the C
-// locale's isspace(3): space, \t, \n, \r, \f, \v). Pure functions.
+// locale's isspace(3): space, \t, \n, \r, \f, \v), and the characters of a field label.
+// Pure functions.
 #pragma once
 
 #include <string_view>
@@ -8,6 +9,12 @@ namespace sluice::dlp::spaces {
 
 inline bool is_space(unsigned char c) noexcept {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/// A character of a field label (`part1:`, `key=`; seam.hpp): letters, digits, '_', '-'.
+inline bool is_label_char(unsigned char c) noexcept {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
 }
 
 /// `s` without leading and trailing white space.
