@@ -7,15 +7,12 @@
 #include <boost/url/rfc/unreserved_chars.hpp>
 #include <boost/url/url.hpp>
 
+#include <hs/hs.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
+#include <new>
 
 namespace sluice::dlp {
 
@@ -132,6 +129,7 @@ credential_broker::credential_broker(std::vector<brokered_credential> credential
             }
         }
     }
+    reflection_index_ = std::make_shared<const reflection_set>(reflections_);
 }
 
 bool credential_broker::in_scope(const brokered_credential& c, std::string_view identity,
@@ -268,72 +266,99 @@ broker_result credential_broker::apply(std::string_view identity, const policy& 
     return r;
 }
 
-secret_masker::secret_masker(std::vector<std::string_view> secrets) {
-    for (auto s : secrets) {
+reflection_set::reflection_set(std::vector<std::string> secrets) {
+    for (auto& s : secrets) {
         if (!s.empty()) {
-            secrets_.push_back(s);
             longest_ = std::max(longest_, s.size());
+            secrets_.push_back(std::move(s));
         }
     }
+    if (secrets_.empty())
+        return;
+    std::vector<const char*> exprs;
+    std::vector<std::size_t> lens;
+    std::vector<unsigned> flags(secrets_.size(), 0); // every match, overlapping ones too
+    std::vector<unsigned> ids;
+    for (std::size_t i = 0; i < secrets_.size(); ++i) {
+        exprs.push_back(secrets_[i].data());
+        lens.push_back(std::min(secrets_[i].size(), secret_masker::min_prefix));
+        ids.push_back(static_cast<unsigned>(i));
+    }
+    hs_database_t* db = nullptr;
+    hs_compile_error_t* err = nullptr;
+    // Literals (no regex syntax, any bytes): the compiler fails only for lack of memory.
+    if (hs_compile_lit_multi(exprs.data(), flags.data(), ids.data(), lens.data(),
+                             static_cast<unsigned>(exprs.size()), HS_MODE_BLOCK, nullptr, &db,
+                             &err) != HS_SUCCESS) {
+        hs_free_compile_error(err);
+        throw std::bad_alloc();
+    }
+    db_ = db;
+}
+
+reflection_set::~reflection_set() {
+    hs_free_database(static_cast<hs_database_t*>(db_));
 }
 
 namespace {
 
-// The first occurrence of `needle` in `text` at or after `from` (npos if none). The
-// masker runs over every downloaded byte: with SSE2, 16 positions at a time are tested
-// for the needle's first and last byte together (few candidates in clean text), and only
-// those are compared whole; string_view::find stops at every byte equal to the first.
-std::size_t find_from(std::string_view text, std::string_view needle, std::size_t from) {
-    const std::size_t n = needle.size();
-    if (n == 0 || from > text.size() || text.size() - from < n)
-        return std::string_view::npos;
-    const char* base = text.data();
-    const std::size_t end = text.size() - n + 1; // candidate starts are [from, end)
-    std::size_t i = from;
-#if defined(__SSE2__)
-    if (n >= 2) {
-        const __m128i first = _mm_set1_epi8(needle.front());
-        const __m128i last = _mm_set1_epi8(needle.back());
-        // base[i + 15 + n - 1] is the last byte read: inside text while i + 16 <= end.
-        for (; i + 16 <= end; i += 16) {
-            const __m128i f = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i));
-            const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i + n - 1));
-            auto mask = static_cast<unsigned>(_mm_movemask_epi8(
-                _mm_and_si128(_mm_cmpeq_epi8(f, first), _mm_cmpeq_epi8(l, last))));
-            while (mask != 0) {
-                const std::size_t at = i + static_cast<std::size_t>(__builtin_ctz(mask));
-                if (std::memcmp(base + at + 1, needle.data() + 1, n - 2) == 0)
-                    return at;
-                mask &= mask - 1;
-            }
-        }
-    }
-#endif
-    for (; i < end; ++i)
-        if (base[i] == needle.front() && std::memcmp(base + i, needle.data(), n) == 0)
-            return i;
-    return std::string_view::npos;
+// One scratch per thread, grown to fit every database it has scanned with (Hyperscan
+// scratch may serve several databases once allocated for each).
+struct thread_scratch {
+    hs_scratch_t* s = nullptr;
+    ~thread_scratch() { hs_free_scratch(s); }
+};
+
+struct match_ctx {
+    const std::vector<std::string>* secrets;
+    std::string_view text;
+    std::size_t starts_before;
+    std::vector<std::pair<std::size_t, std::size_t>>* ranges;
+};
+
+int on_anchor(unsigned id, unsigned long long, unsigned long long to, unsigned, void* p) {
+    auto& m = *static_cast<match_ctx*>(p);
+    const std::string& s = (*m.secrets)[id];
+    std::size_t n = std::min(s.size(), secret_masker::min_prefix);
+    const std::size_t at = static_cast<std::size_t>(to) - n;
+    if (at >= m.starts_before)
+        return 0;
+    while (n < s.size() && at + n < m.text.size() && m.text[at + n] == s[n])
+        ++n;
+    m.ranges->emplace_back(at, at + n);
+    return 0;
 }
 
-// Every occurrence in `text` starting before `starts_before`: the first min_prefix bytes
-// of a secret (all of a shorter one), extended as far as the text keeps following the
-// secret, so a reflection cut short (truncated by the origin, or at the end of the body)
-// still hides what it shows. Appended to `ranges` as [begin, end).
-void occurrences(const std::vector<std::string_view>& secrets, std::string_view text,
-                 std::size_t starts_before,
-                 std::vector<std::pair<std::size_t, std::size_t>>& ranges) {
-    for (auto s : secrets) {
-        const std::string_view anchor = s.substr(0, std::min(s.size(), secret_masker::min_prefix));
-        for (auto at = find_from(text, anchor, 0);
-             at != std::string_view::npos && at < starts_before;
-             at = find_from(text, anchor, at + 1)) {
-            std::size_t n = anchor.size();
-            while (n < s.size() && at + n < text.size() && text[at + n] == s[n])
-                ++n;
-            ranges.emplace_back(at, at + n);
-        }
-    }
+} // namespace
+
+// An occurrence cut short (truncated by the origin, or at the end of the body) still
+// hides what it shows: the anchor is enough, the rest is extended as far as it follows.
+void reflection_set::occurrences(std::string_view text, std::size_t starts_before,
+                                 std::vector<std::pair<std::size_t, std::size_t>>& ranges) const {
+    if (!db_ || text.empty() || starts_before == 0)
+        return;
+    auto* db = static_cast<hs_database_t*>(db_);
+    thread_local thread_scratch scratch;
+    if (hs_alloc_scratch(db, &scratch.s) != HS_SUCCESS)
+        throw std::bad_alloc();
+    match_ctx m{&secrets_, text, starts_before, &ranges};
+    // A match can start only before starts_before, so the text past the last anchor that
+    // could is never scanned.
+    const std::size_t reach = std::min(text.size(), starts_before - 1 + secret_masker::min_prefix);
+    if (hs_scan(db, text.data(), static_cast<unsigned>(reach), 0, scratch.s, on_anchor, &m) !=
+        HS_SUCCESS)
+        throw std::bad_alloc(); // only a scratch or database fault, never the input
 }
+
+secret_masker::secret_masker(std::vector<std::string_view> secrets)
+    : secret_masker(std::make_shared<const reflection_set>(
+          std::vector<std::string>(secrets.begin(), secrets.end()))) {}
+
+secret_masker::secret_masker(std::shared_ptr<const reflection_set> set)
+    : set_(std::move(set))
+    , longest_(set_ ? set_->longest() : 0) {}
+
+namespace {
 
 // Stars the part of every range that lies in `out`; returns the bytes starred that were
 // not '*' already, and the end of the furthest range in `reach` (may lie past out).
@@ -357,8 +382,10 @@ std::size_t star(const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
 // so overlapping secrets (one a prefix of another) are hidden completely and the result
 // does not depend on the order of the secrets or on where the body was split.
 std::size_t secret_masker::mask(std::string& value) const {
+    if (!active())
+        return 0;
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
-    occurrences(secrets_, value, value.size(), ranges);
+    set_->occurrences(value, value.size(), ranges);
     if (ranges.empty())
         return 0;
     std::size_t reach = 0;
@@ -375,7 +402,7 @@ std::string_view secret_masker::feed(std::string_view data, bool last) {
     const std::size_t hold = last ? 0 : std::min(pending_.size(), longest_ - 1);
     const std::size_t emit = pending_.size() - hold;
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
-    occurrences(secrets_, pending_, emit, ranges);
+    set_->occurrences(pending_, emit, ranges);
     if (ranges.empty() && carry_ == 0) {
         // Nothing to hide (the common case): the emitted bytes are not copied again;
         // out_ takes pending_'s buffer and pending_ keeps only the tail.

@@ -217,8 +217,7 @@ step_result prepare_forward(flow_context& fc, exchange& ex, http::request<http::
     }
     // Every response is masked for every brokered secret, injected here or not: an API
     // may store what it was sent and return it later, or on another exchange.
-    plan.masker.emplace(
-        std::vector<std::string_view>(broker.reflections().begin(), broker.reflections().end()));
+    plan.masker.emplace(broker.reflection_index());
 
     auto& out = plan.out;
     out = http::request<http::string_body>{req.method(), brokered.target.value_or(tgt.origin_form),

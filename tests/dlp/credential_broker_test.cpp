@@ -182,7 +182,7 @@ TEST(secret_masker, near_misses_and_occurrences_at_every_offset_of_a_large_body)
 }
 
 TEST(secret_masker, inactive_without_secrets_passes_bytes_through) {
-    secret_masker m({});
+    secret_masker m(std::vector<std::string_view>{});
     EXPECT_FALSE(m.active());
     EXPECT_EQ(m.feed("abc", false), "abc");
 }

@@ -10,15 +10,17 @@
 // scanned) and writes the returned values into the request it forwards; secret_masker
 // then hides any reflection of an injected secret in the response.
 //
-// Thread safety: a credential_broker is immutable after construction and shared by every
-// thread of a configuration generation. A secret_masker belongs to one exchange. Nothing
-// here throws except std::bad_alloc.
+// Thread safety: a credential_broker and a reflection_set are immutable after construction
+// and shared by every thread of a configuration generation. A secret_masker belongs to one
+// exchange. Nothing here throws except std::bad_alloc (also when Hyperscan cannot compile a
+// reflection_set's literals, which fails only for lack of memory).
 #pragma once
 
 #include "sluice/dlp/policy.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -27,6 +29,8 @@
 #include <vector>
 
 namespace sluice::dlp {
+
+class reflection_set;
 
 /// One brokered secret (config `credentials[]`, with the value already read).
 struct brokered_credential {
@@ -79,6 +83,10 @@ public:
     /// reflection_forms() of every secret: what the proxy masks in every response, so a
     /// secret an API stored and returns later is hidden too.
     const std::vector<std::string>& reflections() const noexcept { return reflections_; }
+    /// reflections() compiled once, for the secret_masker of every exchange.
+    const std::shared_ptr<const reflection_set>& reflection_index() const noexcept {
+        return reflection_index_;
+    }
 
     /// Looks for every placeholder in `target` (origin-form "/path?query"; percent-decoded
     /// before matching) and in the header values. A placeholder is injected when all hold:
@@ -103,6 +111,7 @@ private:
 
     std::vector<brokered_credential> credentials_;
     std::vector<std::string> reflections_;
+    std::shared_ptr<const reflection_set> reflection_index_;
 };
 
 /// The forms in which an origin may echo a secret it was sent: as is, percent-encoded
@@ -113,6 +122,30 @@ private:
 /// transformations are not covered.
 std::vector<std::string> reflection_forms(std::string_view secret);
 
+/// Secrets to mask, with the Hyperscan block-mode database of their anchors (each secret's
+/// first secret_masker::min_prefix bytes, the whole secret when shorter; literal id = index
+/// into secrets()). Immutable after construction; share it between threads freely.
+class reflection_set {
+public:
+    explicit reflection_set(std::vector<std::string> secrets); ///< empty strings are dropped
+    ~reflection_set();
+    reflection_set(const reflection_set&) = delete;
+    reflection_set& operator=(const reflection_set&) = delete;
+
+    const std::vector<std::string>& secrets() const noexcept { return secrets_; }
+    std::size_t longest() const noexcept { return longest_; }
+    /// Every occurrence in `text` of a secret's anchor that starts before `starts_before`,
+    /// extended as far as the text keeps following that secret: appended to `ranges` as
+    /// [begin, end), in no particular order. Uses a per-thread Hyperscan scratch.
+    void occurrences(std::string_view text, std::size_t starts_before,
+                     std::vector<std::pair<std::size_t, std::size_t>>& ranges) const;
+
+private:
+    std::vector<std::string> secrets_;
+    std::size_t longest_ = 0;
+    void* db_ = nullptr; ///< hs_database_t*, null when there is no secret
+};
+
 /// Hides reflected secrets in a response: every occurrence of any of the secrets, and of
 /// any prefix of one that is at least min_prefix (12) bytes long (the whole secret when it
 /// is shorter), becomes '*' repeated to the same length, so Content-Length and chunk sizes
@@ -121,13 +154,19 @@ std::vector<std::string> reflection_forms(std::string_view secret);
 /// end arrives; a prefix at the very end of the body is masked when `last` arrives. Only
 /// raw (identity-coded) bytes are matched; the proxy asks the origin for
 /// `Accept-Encoding: identity`.
+///
+/// Cost: one pass over the bytes for all the secrets together (a Hyperscan literal set of
+/// each secret's anchor, its first min_prefix bytes), whatever their number; a download
+/// through a flow with brokered credentials pays it on every byte.
 class secret_masker {
 public:
-    /// `secrets` must outlive the masker; empty strings are ignored.
-    explicit secret_masker(std::vector<std::string_view> secrets);
-
     /// Shortest prefix of a secret that is masked on its own, in bytes.
     static constexpr std::size_t min_prefix = 12;
+
+    /// The secrets compiled for this masker alone (copied; empty strings are ignored).
+    explicit secret_masker(std::vector<std::string_view> secrets);
+    /// A shared compiled set (credential_broker::reflection_index()); null = inactive.
+    explicit secret_masker(std::shared_ptr<const reflection_set> set);
 
     bool active() const noexcept { return longest_ > 0; }
     /// Masks a whole value in place (a header field). Returns the bytes masked.
@@ -139,7 +178,7 @@ public:
     std::size_t masked() const noexcept { return masked_; }
 
 private:
-    std::vector<std::string_view> secrets_;
+    std::shared_ptr<const reflection_set> set_;
     std::size_t longest_ = 0;
 
     std::string pending_; ///< original bytes not yet emitted (the held-back tail)
