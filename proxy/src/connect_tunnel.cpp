@@ -32,7 +32,7 @@ namespace {
 // byte more is relayed and the tunnel closes (its record then fails, and is counted).
 template <class From, class To>
 net::awaitable<void> pump(From& from, To& to, std::uint64_t& counted, const audit_log& log) {
-    std::array<char, relay_chunk> buf;
+    std::array<char, tunnel_chunk> buf;
     for (;;) {
         beast::get_lowest_layer(from).expires_after(client_idle_timeout * 5);
         auto [ec, n] = co_await from.async_read_some(net::buffer(buf), as_tuple);

@@ -43,7 +43,12 @@ inline constexpr auto client_header_timeout = 15s;
 inline constexpr auto tls_handshake_timeout = 15s;
 inline constexpr auto upstream_io_timeout = 120s;
 inline constexpr std::uint32_t header_limit = 64 * 1024; // a response head, bytes
-inline constexpr std::size_t relay_chunk = 16 * 1024;    // bytes per relay read
+// Bytes per read of a response relay: four TLS records, so a download takes one syscall
+// and one write per 64 KiB (issue 23). Held only while a response is being relayed.
+inline constexpr std::size_t relay_chunk = 64 * 1024;
+// Bytes per read of an opaque tunnel, each way. Held for the tunnel's whole life, idle
+// or not, so it stays one record's size.
+inline constexpr std::size_t tunnel_chunk = 16 * 1024;
 // A refused body up to this size is read and dropped before the connection closes.
 inline constexpr std::uint64_t linger_limit = 16 * 1024 * 1024;
 inline constexpr auto linger_timeout = 5s;

@@ -8,8 +8,10 @@
 // least `relay_chunk` bytes (Beast's default would read 512 bytes at a time once the
 // buffer left by the head is empty: one TLS record and one syscall per 512 bytes), and
 // each read is handed on in one write, so a TLS origin's 16 KiB records leave as 16 KiB
-// records. What has arrived is always sent at once (server-sent events and streamed model
-// output are not held back); only the masker may keep a secret's length of tail.
+// records, and a bulk transfer moves up to four of them per read and per write (the TLS
+// leg takes every whole record it has buffered, tls_stream.hpp). What has arrived is always sent at
+// once (server-sent events and streamed model output are not held back); only the masker may keep a
+// secret's length of tail.
 //
 // Deadlines: `upstream_io_timeout` for every read and write, counted from the last
 // progress; the timers are re-armed at most every `rearm_interval` (one timer syscall per

@@ -92,6 +92,9 @@ public:
     bool input_pending() const noexcept {
         return in_end_ != in_begin_ || SSL_has_pending(ssl_) != 0;
     }
+    // True when the input buffer starts with a whole TLS record (read_some takes it in
+    // the same call rather than returning after the first record).
+    bool record_buffered() const noexcept;
 
     // Copies up to `cap` bytes of a buffer sequence into a per-thread scratch buffer (for
     // one SSL_write of several buffers: one record instead of one per buffer).
@@ -188,10 +191,25 @@ public:
                 break;
             }
         return run<void(boost::system::error_code, std::size_t)>(
-            [first](SSL* s, std::size_t& n) {
+            [first, core = core_.get()](SSL* s, std::size_t& n) {
                 if (first.size() == 0)
                     return 1;
-                return SSL_read_ex(s, first.data(), first.size(), &n);
+                const int r = SSL_read_ex(s, first.data(), first.size(), &n);
+                // Whole records already read from the next layer are decrypted in the
+                // same call, up to the caller's buffer: one 64 KiB bulk read becomes one
+                // read_some, not four. Only whole records, so nothing here waits for
+                // input; a call that fails leaves its error for the next read_some (the
+                // SSL object stays failed or shut down) and returns what it has.
+                while (r == 1 && n < first.size() && core->record_buffered()) {
+                    std::size_t more = 0;
+                    if (SSL_read_ex(s, static_cast<char*>(first.data()) + n, first.size() - n,
+                                    &more) != 1) {
+                        ERR_clear_error();
+                        break;
+                    }
+                    n += more;
+                }
+                return r;
             },
             std::forward<Token>(token));
     }

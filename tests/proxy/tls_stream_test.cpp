@@ -230,6 +230,51 @@ TEST_F(tls_stream_test, reads_and_writes_at_the_same_time) {
         });
 }
 
+TEST_F(tls_stream_test, a_bulk_read_takes_every_whole_record_buffered_and_keeps_the_end) {
+    // Issue 23: four records and the client's close_notify are all in the server's
+    // receive queue before it reads. One read_some then returns the three records left
+    // after the first (more than one record's 16 KiB: fewer reads and writes per byte of
+    // a download), and the close_notify read in the same syscall is not lost: the next
+    // read_some ends with eof.
+    constexpr std::size_t total = 64 * 1024;
+    // TLS 1.3 AEAD records: 5-byte header, 1 byte of content type, 16-byte tag (RFC 8446
+    // section 5.2); the close_notify alert carries 2 bytes.
+    constexpr std::size_t on_the_wire = total + 4 * 22 + (2 + 22);
+    const auto data = pattern(total, 4);
+    std::size_t largest = 0;
+    run(
+        [&](beast::tcp_stream s) -> net::awaitable<void> {
+            server_stream tls(std::move(s), *leaf_);
+            co_await accept_tls(tls);
+            auto& raw = tls.next_layer().socket();
+            while (raw.available() < on_the_wire) {
+                auto [wec] = co_await raw.async_wait(tcp::socket::wait_read, as_tuple);
+                EXPECT_FALSE(wec) << wec.message();
+                if (wec)
+                    co_return;
+            }
+            std::vector<unsigned char> got;
+            std::vector<unsigned char> buf(64 * 1024);
+            for (;;) {
+                auto [ec, n] = co_await tls.async_read_some(net::buffer(buf), as_tuple);
+                if (ec) {
+                    EXPECT_EQ(ec, net::error::eof) << ec.message();
+                    break;
+                }
+                largest = std::max(largest, n);
+                got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+            }
+            EXPECT_EQ(got, data);
+        },
+        [&](client_stream& c) -> net::awaitable<void> {
+            co_await net::async_write(c, net::buffer(data), net::use_awaitable);
+            // Sends close_notify, then waits for the server's, which never comes: the
+            // server's end closes the connection instead.
+            co_await c.async_shutdown(as_tuple);
+        });
+    EXPECT_GT(largest, 16u * 1024) << "one record per read_some";
+}
+
 TEST_F(tls_stream_test, handshake_takes_the_bytes_already_read) {
     run(
         [&](beast::tcp_stream s) -> net::awaitable<void> {
