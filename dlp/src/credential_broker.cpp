@@ -11,8 +11,10 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <new>
+#include <unordered_set>
 
 namespace sluice::dlp {
 
@@ -90,6 +92,23 @@ std::vector<std::string> reflection_forms(std::string_view secret) {
         json += c;
     }
     add(json);
+    // \u00XX escapes (RFC 8259 section 7): of every byte, and of the characters that
+    // HTML-safe JSON encoders escape (Go's encoding/json, Python's json with a safe
+    // filter) with the rest as is.
+    static constexpr char hexd[] = "0123456789abcdef";
+    std::string every, safe;
+    for (char c : secret) {
+        const auto b = static_cast<unsigned char>(c);
+        const std::string esc = {'\\', 'u', '0', '0', hexd[b >> 4], hexd[b & 15]};
+        every += esc;
+        if (std::string_view("<>&'=+/").find(c) != std::string_view::npos)
+            safe += esc;
+        else
+            safe += c;
+    }
+    add(every);
+    add(safe);
+    add(std::string(secret.rbegin(), secret.rend())); // reversed
     // Encoded echoes: hex in both cases, and base64 / base64url at each of the three
     // alignments the secret can have inside a longer encoded blob. For a shift of k bytes
     // the first characters mix in bytes before the secret and the last one bytes after it,
@@ -266,22 +285,67 @@ broker_result credential_broker::apply(std::string_view identity, const policy& 
     return r;
 }
 
+namespace {
+
+// True when every byte of `form` is written as a JSON \u00XX escape (RFC 8259 section 7):
+// six characters carry one byte, so its windows are six times as wide.
+bool all_u_escapes(std::string_view form) {
+    if (form.empty() || form.size() % 6 != 0)
+        return false;
+    for (std::size_t i = 0; i < form.size(); i += 6)
+        if (form.substr(i, 4) != "\\u00" ||
+            !std::isxdigit(static_cast<unsigned char>(form[i + 4])) ||
+            !std::isxdigit(static_cast<unsigned char>(form[i + 5])))
+            return false;
+    return true;
+}
+
+std::string folded(std::string_view v) {
+    std::string out(v);
+    for (auto& c : out)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+} // namespace
+
 reflection_set::reflection_set(std::vector<std::string> secrets) {
+    std::vector<std::string> literals;
+    std::unordered_set<std::string> seen; // windows, case-folded (they match caselessly)
     for (auto& s : secrets) {
-        if (!s.empty()) {
-            longest_ = std::max(longest_, s.size());
-            secrets_.push_back(std::move(s));
+        if (s.empty())
+            continue;
+        const auto form = static_cast<std::uint32_t>(secrets_.size());
+        longest_ = std::max(longest_, s.size());
+        const std::size_t unit = all_u_escapes(s) ? 6 : 1;
+        const std::size_t width = std::min(s.size(), unit * secret_masker::min_prefix);
+        const std::size_t stride = unit * window_stride;
+        longest_window_ = std::max(longest_window_, width);
+        lead_ = std::max(lead_, stride - 1);
+        // Windows at every stride, and the last one: a piece of at least width + stride - 1
+        // characters always holds a whole window; the prefix and the end are exact.
+        for (std::size_t k = 0; k + width <= s.size();) {
+            if (seen.insert(folded(std::string_view(s).substr(k, width))).second) {
+                literals.push_back(s.substr(k, width));
+                windows_.push_back(
+                    {form, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(width)});
+            }
+            if (k + width == s.size())
+                break;
+            k = std::min(k + stride, s.size() - width);
         }
+        secrets_.push_back(std::move(s));
     }
-    if (secrets_.empty())
+    if (literals.empty())
         return;
     std::vector<const char*> exprs;
     std::vector<std::size_t> lens;
-    std::vector<unsigned> flags(secrets_.size(), 0); // every match, overlapping ones too
+    // Every match, overlapping ones too; case is ignored, so a re-cased echo is hidden.
+    std::vector<unsigned> flags(literals.size(), HS_FLAG_CASELESS);
     std::vector<unsigned> ids;
-    for (std::size_t i = 0; i < secrets_.size(); ++i) {
-        exprs.push_back(secrets_[i].data());
-        lens.push_back(std::min(secrets_[i].size(), secret_masker::min_prefix));
+    for (std::size_t i = 0; i < literals.size(); ++i) {
+        exprs.push_back(literals[i].data());
+        lens.push_back(literals[i].size());
         ids.push_back(static_cast<unsigned>(i));
     }
     hs_database_t* db = nullptr;
@@ -294,6 +358,8 @@ reflection_set::reflection_set(std::vector<std::string> secrets) {
         throw std::bad_alloc();
     }
     db_ = db;
+    static std::atomic<std::uint64_t> serials{0};
+    serial_ = ++serials;
 }
 
 reflection_set::~reflection_set() {
@@ -306,46 +372,63 @@ namespace {
 // scratch may serve several databases once allocated for each).
 struct thread_scratch {
     hs_scratch_t* s = nullptr;
+    std::uint64_t fits = 0; ///< serial of the last set the scratch was checked against
     ~thread_scratch() { hs_free_scratch(s); }
 };
 
 struct match_ctx {
-    const std::vector<std::string>* secrets;
+    const reflection_set* set;
     std::string_view text;
     std::size_t starts_before;
     std::vector<std::pair<std::size_t, std::size_t>>* ranges;
 };
 
-int on_anchor(unsigned id, unsigned long long, unsigned long long to, unsigned, void* p) {
+bool same_folded(char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
+}
+
+int on_window(unsigned id, unsigned long long, unsigned long long to, unsigned, void* p) {
     auto& m = *static_cast<match_ctx*>(p);
-    const std::string& s = (*m.secrets)[id];
-    std::size_t n = std::min(s.size(), secret_masker::min_prefix);
-    const std::size_t at = static_cast<std::size_t>(to) - n;
-    if (at >= m.starts_before)
-        return 0;
-    while (n < s.size() && at + n < m.text.size() && m.text[at + n] == s[n])
-        ++n;
-    m.ranges->emplace_back(at, at + n);
+    const auto& w = m.set->window_of(id);
+    const std::string& form = m.set->secrets()[w.form];
+    std::size_t end = static_cast<std::size_t>(to);
+    std::size_t at = end - w.width;
+    // The run of the text that follows the form around this window, both ways.
+    for (std::size_t k = w.offset; k > 0 && at > 0 && same_folded(m.text[at - 1], form[k - 1]); --k)
+        --at;
+    for (std::size_t k = w.offset + w.width;
+         k < form.size() && end < m.text.size() && same_folded(m.text[end], form[k]); ++k)
+        ++end;
+    if (at < m.starts_before) // the run, not the window, must begin before it
+        m.ranges->emplace_back(at, end);
     return 0;
 }
 
 } // namespace
 
-// An occurrence cut short (truncated by the origin, or at the end of the body) still
-// hides what it shows: the anchor is enough, the rest is extended as far as it follows.
+// A window of a form, extended both ways as far as the text follows that form: the
+// whole echo, or any piece of it long enough to hold a window (cut short by the origin,
+// split by a space, the end of the body).
 void reflection_set::occurrences(std::string_view text, std::size_t starts_before,
                                  std::vector<std::pair<std::size_t, std::size_t>>& ranges) const {
     if (!db_ || text.empty() || starts_before == 0)
         return;
     auto* db = static_cast<hs_database_t*>(db_);
     thread_local thread_scratch scratch;
-    if (hs_alloc_scratch(db, &scratch.s) != HS_SUCCESS)
-        throw std::bad_alloc();
-    match_ctx m{&secrets_, text, starts_before, &ranges};
-    // A match can start only before starts_before, so the text past the last anchor that
-    // could is never scanned.
-    const std::size_t reach = std::min(text.size(), starts_before - 1 + secret_masker::min_prefix);
-    if (hs_scan(db, text.data(), static_cast<unsigned>(reach), 0, scratch.s, on_anchor, &m) !=
+    // hs_alloc_scratch checks the whole database each time (about 40 us for a few hundred
+    // literals): only when this thread last scanned another set. Serials never repeat, so
+    // a set allocated where a freed one was is checked again.
+    if (scratch.fits != serial_) {
+        if (hs_alloc_scratch(db, &scratch.s) != HS_SUCCESS)
+            throw std::bad_alloc();
+        scratch.fits = serial_;
+    }
+    match_ctx m{this, text, starts_before, &ranges};
+    // A run that begins before starts_before holds a window that begins within lead()
+    // bytes after it, so the text past the last such window is never scanned.
+    const std::size_t reach = std::min(text.size(), starts_before - 1 + lead_ + longest_window_);
+    if (hs_scan(db, text.data(), static_cast<unsigned>(reach), 0, scratch.s, on_window, &m) !=
         HS_SUCCESS)
         throw std::bad_alloc(); // only a scratch or database fault, never the input
 }
@@ -396,10 +479,11 @@ std::string_view secret_masker::feed(std::string_view data, bool last) {
     if (!active())
         return data;
     pending_.append(data);
-    // Occurrences starting before the held-back tail lie wholly inside pending_ (no secret
-    // is longer than the tail + 1) and are decided now; ones starting in the tail wait for
-    // more bytes. pending_ keeps the original bytes, so the next call sees them unmasked.
-    const std::size_t hold = last ? 0 : std::min(pending_.size(), longest_ - 1);
+    // Runs beginning before the held-back tail lie wholly inside pending_, and so does the
+    // window that finds them (the tail is the longest secret - 1 plus the set's lead), and
+    // are decided now; ones beginning in the tail wait for more bytes. pending_ keeps the
+    // original bytes, so the next call sees them unmasked.
+    const std::size_t hold = last ? 0 : std::min(pending_.size(), longest_ - 1 + set_->lead());
     const std::size_t emit = pending_.size() - hold;
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
     set_->occurrences(pending_, emit, ranges);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -149,14 +150,14 @@ TEST(secret_masker, masks_headers_and_bodies_across_every_split) {
 }
 
 TEST(secret_masker, near_misses_and_occurrences_at_every_offset_of_a_large_body) {
-    // The search tests 16 positions at once for the first and last byte of a secret's
-    // 12-byte anchor: text full of candidates that match both but differ inside, with the secret
-    // itself at offsets that cover every lane, the scalar end and the held-back tail, checked
-    // against a plain search, fed whole and in uneven pieces.
+    // Text full of near misses (one character differs in the middle, so no 12-byte
+    // window of the secret matches), with the secret itself at many offsets, the very end
+    // and the held-back tail among them, checked against a plain search, fed whole and in
+    // uneven pieces.
     const std::string secret = "Qx-brokered-7f3a9c";
     std::string body;
     for (int i = 0; body.size() < 64 * 1024; ++i)
-        body += (i % 3 == 0 ? "Qx-brokeRED-7f3a9c" : "Q..........- ") + std::to_string(i) + ' ';
+        body += (i % 3 == 0 ? "Qx-broke#ed-7f3a9c" : "Q..........- ") + std::to_string(i) + ' ';
     std::vector<std::size_t> at_offsets;
     for (std::size_t at = 0; at + secret.size() <= body.size(); at += 997 + at % 17)
         at_offsets.push_back(at);
@@ -286,6 +287,41 @@ TEST(secret_masker, prefixes_of_twelve_bytes_or_more_are_masked_shorter_ones_are
     std::string h = "x-echo: " + longer;
     secret_masker m({secret});
     EXPECT_EQ(m.mask(h), longer.size());
+}
+
+TEST(secret_masker, re_cased_reversed_escaped_and_split_echoes_are_masked_at_every_split) {
+    // Issue 25 (red-team item 9): an origin that echoes the secret upper-cased, reversed,
+    // as JSON \u00XX escapes (every byte, or only the HTML-unsafe ones), or split in two by
+    // a space. No piece of 12 bytes of the secret, in any of those forms, survives.
+    const std::string secret = "sk-proj-Brokered/Value+0123456789";
+    std::string upper = secret, every, safe;
+    for (auto& c : upper)
+        c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    for (char c : secret) {
+        char esc[8];
+        std::snprintf(esc, sizeof esc, "\\u%04X", static_cast<unsigned char>(c));
+        every += esc;
+        safe += (c == '/' || c == '+') ? std::string(esc) : std::string(1, c);
+    }
+    const std::string reversed(secret.rbegin(), secret.rend());
+    const std::string split = secret.substr(0, 16) + " " + secret.substr(16);
+    for (const auto& echo : {upper, every, safe, reversed, split}) {
+        const std::string body = "{\"echo\":\"" + echo + "\",\"n\":1}";
+        for (std::size_t step = 1; step <= body.size(); step += 5) {
+            const std::string out = masked(secret, body, step);
+            ASSERT_EQ(out.size(), body.size());
+            EXPECT_EQ(out.substr(0, 9), "{\"echo\":\"") << echo;
+            EXPECT_EQ(out.substr(out.size() - 8), "\",\"n\":1}") << echo;
+            // Every character of the echo is starred, the split's space aside.
+            for (std::size_t i = 9; i < 9 + echo.size(); ++i) {
+                if (echo[i - 9] != ' ') {
+                    ASSERT_EQ(out[i], '*') << echo << " at " << i - 9 << " step " << step;
+                }
+            }
+        }
+    }
+    // Pieces shorter than 12 bytes are left (as for prefixes): "sk-proj-Bro" alone.
+    EXPECT_EQ(masked(secret, "a sk-proj-Bro b", 3), "a sk-proj-Bro b");
 }
 
 TEST(reflection_forms, include_hex_and_base64_forms) {

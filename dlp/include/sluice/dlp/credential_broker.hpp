@@ -114,53 +114,76 @@ private:
     std::shared_ptr<const reflection_set> reflection_index_;
 };
 
-/// The forms in which an origin may echo a secret it was sent: as is, percent-encoded
-/// (RFC 3986 section 2.1, upper- and lower-case hex), with '/' escaped as in JSON, as hex
-/// (lower and upper case), and as base64 and base64url (RFC 4648 sections 4 and 5) at each
-/// of the three byte alignments it can have inside a longer encoded blob (only the
-/// characters that depend on the secret alone; no padding). Case changes and other
-/// transformations are not covered.
+/// The forms in which an origin may echo a secret it was sent: as is, reversed,
+/// percent-encoded (RFC 3986 section 2.1), with '/' escaped as in JSON, every byte as a
+/// JSON \u00XX escape (RFC 8259 section 7), as hex, and as base64 and base64url (RFC 4648
+/// sections 4 and 5) at each of the three byte alignments it can have inside a longer
+/// encoded blob (only the characters that depend on the secret alone; no padding). Case
+/// is left to the masker, which ignores it. Other transformations are not covered.
 std::vector<std::string> reflection_forms(std::string_view secret);
 
-/// Secrets to mask, with the Hyperscan block-mode database of their anchors (each secret's
-/// first secret_masker::min_prefix bytes, the whole secret when shorter; literal id = index
-/// into secrets()). Immutable after construction; share it between threads freely.
+/// Secrets to mask (reflection_forms() of each brokered secret), compiled into one
+/// Hyperscan block-mode literal set, case ignored: windows of each form at every
+/// window_stride characters, and its last one. A window is secret_masker::min_prefix
+/// characters (the whole form when shorter); a form written wholly as JSON \u00XX escapes
+/// has windows and stride six times as wide, so each still stands for min_prefix bytes of
+/// the secret. So a piece of a form is found when it is its prefix or its end and at least
+/// a window long, or anywhere and at least window + stride - 1 (15) long. Immutable after
+/// construction; share it between threads.
 class reflection_set {
 public:
+    static constexpr std::size_t window_stride = 4;
+    struct window {
+        std::uint32_t form, offset, width; ///< index into secrets(), and where in it
+    };
+
     explicit reflection_set(std::vector<std::string> secrets); ///< empty strings are dropped
     ~reflection_set();
     reflection_set(const reflection_set&) = delete;
     reflection_set& operator=(const reflection_set&) = delete;
 
     const std::vector<std::string>& secrets() const noexcept { return secrets_; }
+    const window& window_of(unsigned id) const noexcept { return windows_[id]; }
     std::size_t longest() const noexcept { return longest_; }
-    /// Every occurrence in `text` of a secret's anchor that starts before `starts_before`,
-    /// extended as far as the text keeps following that secret: appended to `ranges` as
-    /// [begin, end), in no particular order. Uses a per-thread Hyperscan scratch.
+    std::size_t longest_window() const noexcept { return longest_window_; }
+    /// The widest stride less one: a run found at all holds a window that begins at most
+    /// this many bytes after the run does.
+    std::size_t lead() const noexcept { return lead_; }
+    /// Every run of `text` that begins before `starts_before` and follows a form far
+    /// enough to hold one of its windows (extended both ways, caselessly), appended to
+    /// `ranges` as [begin, end) in no particular order; the text must hold at least
+    /// lead() + longest() - 1 bytes after starts_before, or end there. Uses a per-thread
+    /// Hyperscan scratch.
     void occurrences(std::string_view text, std::size_t starts_before,
                      std::vector<std::pair<std::size_t, std::size_t>>& ranges) const;
 
 private:
     std::vector<std::string> secrets_;
+    std::vector<window> windows_; ///< per literal id
     std::size_t longest_ = 0;
-    void* db_ = nullptr; ///< hs_database_t*, null when there is no secret
+    std::size_t longest_window_ = 0;
+    std::size_t lead_ = 0;
+    std::uint64_t serial_ = 0; ///< unique per set, for the per-thread scratch check
+    void* db_ = nullptr;       ///< hs_database_t*, null when there is no secret
 };
 
-/// Hides reflected secrets in a response: every occurrence of any of the secrets, and of
-/// any prefix of one that is at least min_prefix (12) bytes long (the whole secret when it
-/// is shorter), becomes '*' repeated to the same length, so Content-Length and chunk sizes
-/// stay right. Pass reflection_forms() to cover encoded echoes. Works across chunk
-/// boundaries by holding back the last (longest secret - 1) bytes until more data or the
-/// end arrives; a prefix at the very end of the body is masked when `last` arrives. Only
-/// raw (identity-coded) bytes are matched; the proxy asks the origin for
+/// Hides reflected secrets in a response: every run of the bytes that follows one of the
+/// secrets, in any case, for at least one window (reflection_set: min_prefix (12) bytes,
+/// the whole secret when it is shorter) becomes '*' repeated to the same length, so
+/// Content-Length and chunk sizes stay right. So the whole secret is hidden, and so are
+/// its pieces (reflection_set says which): a prefix cut short, the halves of one split by
+/// a space, its end. Pass reflection_forms() to cover encoded, escaped and reversed echoes. Works
+/// across chunk boundaries by holding back the last (longest secret - 1 + reflection_set::lead())
+/// bytes until more data or the end arrives; a piece at the very end of the body is masked when
+/// `last` arrives. Only raw (identity-coded) bytes are matched; the proxy asks the origin for
 /// `Accept-Encoding: identity`.
 ///
-/// Cost: one pass over the bytes for all the secrets together (a Hyperscan literal set of
-/// each secret's anchor, its first min_prefix bytes), whatever their number; a download
-/// through a flow with brokered credentials pays it on every byte.
+/// Cost: one pass over the bytes for all the secrets together (one Hyperscan literal set
+/// of every window of every form), whatever their number; a download through a flow with
+/// brokered credentials pays it on every byte (bench/masker_bench.cpp).
 class secret_masker {
 public:
-    /// Shortest prefix of a secret that is masked on its own, in bytes.
+    /// Shortest piece of a secret that is masked on its own, in bytes.
     static constexpr std::size_t min_prefix = 12;
 
     /// The secrets compiled for this masker alone (copied; empty strings are ignored).
