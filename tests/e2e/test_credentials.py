@@ -227,6 +227,21 @@ class echo_origin(tp.recording_origin):
             h.send_header("Content-Length", str(len(doc)))
             h.end_headers()
             h.wfile.write(doc)
+        elif "/transformed/" in h.path:
+            # The secret of the last Authorization (after "Bearer "), as an origin might
+            # echo it otherwise: re-cased, reversed, \u00XX-escaped (every byte, or the
+            # HTML-unsafe ones), split by a space, cut short, a piece from its middle.
+            sec = last_auth.split(" ", 1)[-1]
+            u = "".join("\\u%04X" % ord(c) for c in sec)
+            safe = "".join("\\u%04x" % ord(c) if c in "<>&'=+/" else c for c in sec)
+            forms = [sec.upper(), sec.lower(), sec[::-1], u, safe,
+                     sec[:16] + " " + sec[16:], sec[:20], sec[8:28]]
+            doc = ("[" + ",".join('"%s"' % f for f in forms) + "]").encode()
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(doc)))
+            h.end_headers()
+            h.wfile.write(doc)
         elif "/two-ce/" in h.path:
             doc = gzip.compress(json.dumps({"auth": auth}).encode())
             h.send_response(200)
@@ -1036,6 +1051,29 @@ class t6b_response_head_test(base):
         self.assertEqual(b.status, 200, b)
         self.assertEqual(b.headers.get("x-stored-auth"), want, b)
         self.assertEqual(json.loads(b.body)["stored"], want)
+
+    def test_re_cased_reversed_escaped_and_cut_reflections_are_masked(self):
+        # Issue 25 (red-team item 9): the stored secret echoed in eight other shapes. Not
+        # one run of 12 characters of any of them reaches the client; the answer keeps
+        # its length.
+        hdr = ("Authorization", "Bearer " + PH_OPENAI)
+        m = marker()
+        a = py_request("localhost", st.origin.port, "GET", "/v1/chat/" + m, [hdr])
+        self.assertEqual(a.status, 200, a)
+        b = py_request("localhost", st.origin.port, "GET", "/v1/transformed/" + m)
+        self.assertEqual(b.status, 200, b)
+        sec = st.openai
+        u = "".join("\\u%04X" % ord(c) for c in sec)
+        shapes = [sec.upper(), sec.lower(), sec[::-1], u, sec, sec[:20], sec[8:28]]
+        text = b.body.decode()
+        for shape in shapes:
+            for i in range(0, len(shape) - 11):
+                self.assertNotIn(shape[i:i + 12].lower(), text.lower(), shape)
+        got = json.loads(text)
+        self.assertEqual(len(got), 8)
+        self.assertEqual(got[5], stars(sec[:16]) + " " + stars(sec[16:]))
+        self.assertEqual(got[6], stars(sec[:20]))
+        self.assertEqual(got[7], stars(sec[8:28]))
 
     def test_stored_secret_returned_encoded_on_another_connection_is_refused(self):
         # The secret goes upstream on one connection; a later request on another
