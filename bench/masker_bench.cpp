@@ -7,7 +7,7 @@
 // package tarball's entropy). The secrets: 1, 4 or 16 brokered secrets, each with every
 // reflection_forms() echo (about ten forms each), as credential_broker gives the proxy.
 // One secret is planted every MiB, so the masking path is taken too; the counter
-// `masked` must be the planted bytes.
+// `masked` must be the planted bytes. masker_compile: the cost of building the set.
 //
 //   SLUICE_BENCH_CORPUS=/tmp/corpus64/corpus.bin build/bench/masker_bench
 #include "bench_support.hpp"
@@ -82,6 +82,24 @@ void masker_download(benchmark::State& state) {
     state.counters["planted"] = static_cast<double>(planted);
 }
 BENCHMARK(masker_download)->Arg(1)->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond);
+
+// What a configuration load or reload pays per credential set: the reflection forms and
+// the Hyperscan compile of their windows (credential_broker's constructor).
+void masker_compile(benchmark::State& state) {
+    const int n = static_cast<int>(state.range(0));
+    for (auto _ : state) {
+        std::vector<sluice::dlp::brokered_credential> creds;
+        for (int i = 0; i < n; ++i) {
+            sluice::dlp::brokered_credential c;
+            c.name = "c" + std::to_string(i);
+            c.secret = secret(i);
+            creds.push_back(std::move(c));
+        }
+        const sluice::dlp::credential_broker broker(std::move(creds));
+        benchmark::DoNotOptimize(broker.reflection_index().get());
+    }
+}
+BENCHMARK(masker_compile)->Arg(1)->Arg(16)->Unit(benchmark::kMillisecond);
 
 } // namespace
 
