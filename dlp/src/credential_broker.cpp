@@ -108,6 +108,12 @@ std::vector<std::string> reflection_forms(std::string_view secret) {
     }
     add(every);
     add(safe);
+    std::string pct; // every byte as %XX, not only the reserved ones (case: the masker's)
+    for (char c : secret) {
+        const auto b = static_cast<unsigned char>(c);
+        pct += {'%', hexd[b >> 4], hexd[b & 15]};
+    }
+    add(pct);
     add(std::string(secret.rbegin(), secret.rend())); // reversed
     // Encoded echoes: hex in both cases, and base64 / base64url at each of the three
     // alignments the secret can have inside a longer encoded blob. For a shift of k bytes
@@ -287,17 +293,23 @@ broker_result credential_broker::apply(std::string_view identity, const policy& 
 
 namespace {
 
-// True when every byte of `form` is written as a JSON \u00XX escape (RFC 8259 section 7):
-// six characters carry one byte, so its windows are six times as wide.
-bool all_u_escapes(std::string_view form) {
-    if (form.empty() || form.size() % 6 != 0)
-        return false;
-    for (std::size_t i = 0; i < form.size(); i += 6)
-        if (form.substr(i, 4) != "\\u00" ||
-            !std::isxdigit(static_cast<unsigned char>(form[i + 4])) ||
-            !std::isxdigit(static_cast<unsigned char>(form[i + 5])))
+// Characters per secret byte when every byte of `form` is written as an escape: 6 for
+// JSON \u00XX (RFC 8259 section 7), 3 for %XX (RFC 3986 section 2.1); else 1. Windows of
+// such a form are that much wider, so each still stands for min_prefix secret bytes.
+std::size_t escape_unit(std::string_view form) {
+    const auto hex2 = [&](std::size_t i) {
+        return std::isxdigit(static_cast<unsigned char>(form[i])) &&
+               std::isxdigit(static_cast<unsigned char>(form[i + 1]));
+    };
+    const auto all = [&](std::size_t unit, std::string_view lead) {
+        if (form.empty() || form.size() % unit != 0)
             return false;
-    return true;
+        for (std::size_t i = 0; i < form.size(); i += unit)
+            if (form.substr(i, lead.size()) != lead || !hex2(i + lead.size()))
+                return false;
+        return true;
+    };
+    return all(6, "\\u00") ? 6 : all(3, "%") ? 3 : 1;
 }
 
 std::string folded(std::string_view v) {
@@ -317,7 +329,7 @@ reflection_set::reflection_set(std::vector<std::string> secrets) {
             continue;
         const auto form = static_cast<std::uint32_t>(secrets_.size());
         longest_ = std::max(longest_, s.size());
-        const std::size_t unit = all_u_escapes(s) ? 6 : 1;
+        const std::size_t unit = escape_unit(s);
         const std::size_t width = std::min(s.size(), unit * secret_masker::min_prefix);
         const std::size_t stride = unit * window_stride;
         longest_window_ = std::max(longest_window_, width);

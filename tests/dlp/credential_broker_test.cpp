@@ -303,9 +303,15 @@ TEST(secret_masker, re_cased_reversed_escaped_and_split_echoes_are_masked_at_eve
         every += esc;
         safe += (c == '/' || c == '+') ? std::string(esc) : std::string(1, c);
     }
+    std::string pct;
+    for (char c : secret) {
+        char esc[4];
+        std::snprintf(esc, sizeof esc, "%%%02X", static_cast<unsigned char>(c));
+        pct += esc;
+    }
     const std::string reversed(secret.rbegin(), secret.rend());
     const std::string split = secret.substr(0, 16) + " " + secret.substr(16);
-    for (const auto& echo : {upper, every, safe, reversed, split}) {
+    for (const auto& echo : {upper, every, safe, pct, reversed, split}) {
         const std::string body = "{\"echo\":\"" + echo + "\",\"n\":1}";
         for (std::size_t step = 1; step <= body.size(); step += 5) {
             const std::string out = masked(secret, body, step);

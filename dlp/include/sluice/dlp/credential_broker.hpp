@@ -115,19 +115,19 @@ private:
 };
 
 /// The forms in which an origin may echo a secret it was sent: as is, reversed,
-/// percent-encoded (RFC 3986 section 2.1), with '/' escaped as in JSON, every byte as a
-/// JSON \u00XX escape (RFC 8259 section 7), as hex, and as base64 and base64url (RFC 4648
-/// sections 4 and 5) at each of the three byte alignments it can have inside a longer
-/// encoded blob (only the characters that depend on the secret alone; no padding). Case
-/// is left to the masker, which ignores it. Other transformations are not covered.
+/// percent-encoded (RFC 3986 section 2.1; reserved characters, and every byte), with '/' escaped as
+/// in JSON, every byte as a JSON \u00XX escape (RFC 8259 section 7), as hex, and as base64 and
+/// base64url (RFC 4648 sections 4 and 5) at each of the three byte alignments it can have inside a
+/// longer encoded blob (only the characters that depend on the secret alone; no padding). Case is
+/// left to the masker, which ignores it. Other transformations are not covered.
 std::vector<std::string> reflection_forms(std::string_view secret);
 
 /// Secrets to mask (reflection_forms() of each brokered secret), compiled into one
 /// Hyperscan block-mode literal set, case ignored: windows of each form at every
 /// window_stride characters, and its last one. A window is secret_masker::min_prefix
 /// characters (the whole form when shorter); a form written wholly as JSON \u00XX escapes
-/// has windows and stride six times as wide, so each still stands for min_prefix bytes of
-/// the secret. So a piece of a form is found when it is its prefix or its end and at least
+/// (or %XX) has windows and stride six (three) times as wide, so each still stands for min_prefix
+/// bytes of the secret. So a piece of a form is found when it is its prefix or its end and at least
 /// a window long, or anywhere and at least window + stride - 1 (15) long. Immutable after
 /// construction; share it between threads.
 class reflection_set {
