@@ -71,19 +71,10 @@ std::vector<std::string> reflection_forms(std::string_view secret) {
             forms.push_back(std::move(f));
         }
     };
+    // Case is not kept apart: the masker matches caselessly (reflection_set), so one
+    // spelling of each percent or hex form stands for every other.
     add(std::string(secret));
-    std::string upper = boost::urls::encode(secret, boost::urls::unreserved_chars);
-    add(upper);
-    std::string lower = upper;
-    for (std::size_t i = 0; i < lower.size(); ++i) {
-        if (lower[i] == '%' && i + 2 < lower.size()) {
-            lower[i + 1] =
-                static_cast<char>(std::tolower(static_cast<unsigned char>(lower[i + 1])));
-            lower[i + 2] =
-                static_cast<char>(std::tolower(static_cast<unsigned char>(lower[i + 2])));
-        }
-    }
-    add(lower);
+    add(boost::urls::encode(secret, boost::urls::unreserved_chars));
     std::string json; // JSON may escape '/' as "\/" (RFC 8259 section 7)
     for (char c : secret) {
         if (c == '/') {
@@ -92,36 +83,27 @@ std::vector<std::string> reflection_forms(std::string_view secret) {
         json += c;
     }
     add(json);
-    // \u00XX escapes (RFC 8259 section 7): of every byte, and of the characters that
-    // HTML-safe JSON encoders escape (Go's encoding/json, Python's json with a safe
-    // filter) with the rest as is.
-    static constexpr char hexd[] = "0123456789abcdef";
-    std::string every, safe;
+    // Every byte escaped, as JSON \u00XX (RFC 8259 section 7) and as %XX (RFC 3986 section
+    // 2.1); and only the characters HTML-safe JSON encoders escape (Go's encoding/json,
+    // Python's json with a safe filter), the rest as is.
+    std::string every, pct, safe;
     for (char c : secret) {
-        const auto b = static_cast<unsigned char>(c);
-        const std::string esc = {'\\', 'u', '0', '0', hexd[b >> 4], hexd[b & 15]};
-        every += esc;
-        if (std::string_view("<>&'=+/").find(c) != std::string_view::npos)
-            safe += esc;
-        else
-            safe += c;
+        const std::string hx = text::to_hex(std::string_view(&c, 1));
+        every += "\\u00" + hx;
+        pct += "%" + hx;
+        safe += std::string_view("<>&'=+/").find(c) != std::string_view::npos ? "\\u00" + hx
+                                                                              : std::string(1, c);
     }
     add(every);
     add(safe);
-    std::string pct; // every byte as %XX, not only the reserved ones (case: the masker's)
-    for (char c : secret) {
-        const auto b = static_cast<unsigned char>(c);
-        pct += {'%', hexd[b >> 4], hexd[b & 15]};
-    }
     add(pct);
     add(std::string(secret.rbegin(), secret.rend())); // reversed
-    // Encoded echoes: hex in both cases, and base64 / base64url at each of the three
+    // Encoded echoes: hex, and base64 / base64url at each of the three
     // alignments the secret can have inside a longer encoded blob. For a shift of k bytes
     // the first characters mix in bytes before the secret and the last one bytes after it,
     // so only the characters that depend on the secret alone are kept (RFC 4648 sections
     // 4, 5 and 8).
     add(text::to_hex(secret));
-    add(text::to_hex(secret, /*upper=*/true));
     for (std::size_t shift = 0; shift < 3; ++shift) {
         std::string raw(shift, '\0');
         raw.append(secret);
