@@ -390,23 +390,49 @@ const policy_rule* match_rule(const policy& p, std::string_view host, std::uint1
     return nullptr;
 }
 
+namespace {
+
+// A rule before an opaque one that its tunnels could bypass: method- or path-constrained,
+// and denying or supervising, on `port`.
+bool constrained_for(const policy_rule& r, std::uint16_t port) noexcept {
+    const bool constrained = !r.methods.empty() || !r.path_prefix.empty();
+    return constrained && r.act != action::allow &&
+           (r.ports.empty() || std::find(r.ports.begin(), r.ports.end(), port) != r.ports.end());
+}
+
+} // namespace
+
+std::vector<std::string> refusing_hosts_before(const policy& p, const policy_rule& chosen,
+                                               std::uint16_t port) {
+    std::vector<std::string> out;
+    for (const auto& r : p.rules) {
+        if (&r == &chosen) {
+            break;
+        }
+        const bool port_hit =
+            r.ports.empty() || std::find(r.ports.begin(), r.ports.end(), port) != r.ports.end();
+        if (r.act == action::allow || !port_hit) {
+            continue;
+        }
+        if (r.hosts.empty()) {
+            out.emplace_back("*");
+        }
+        out.insert(out.end(), r.hosts.begin(), r.hosts.end());
+    }
+    return out;
+}
+
 bool constrained_rule_precedes(const policy& p, const policy_rule& chosen, std::string_view host,
                                std::uint16_t port) noexcept {
     for (const auto& r : p.rules) {
         if (&r == &chosen) {
             return false;
         }
-        const bool constrained = !r.methods.empty() || !r.path_prefix.empty();
-        if (!constrained || r.act == action::allow) {
-            continue;
-        }
         const bool host_hit = r.hosts.empty() || std::any_of(r.hosts.begin(), r.hosts.end(),
                                                              [&](const std::string& h) {
                                                                  return host_matches(h, host);
                                                              });
-        const bool port_hit =
-            r.ports.empty() || std::find(r.ports.begin(), r.ports.end(), port) != r.ports.end();
-        if (host_hit && port_hit) {
+        if (constrained_for(r, port) && host_hit) {
             return true;
         }
     }

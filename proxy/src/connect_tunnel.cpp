@@ -1,5 +1,6 @@
 #include "connect_tunnel.hpp"
 
+#include "client_hello.hpp"
 #include "client_tls.hpp"
 #include "destination.hpp"
 #include "exchange_http1.hpp"
@@ -60,6 +61,69 @@ net::awaitable<bool> answer_connect(Stream& client, const flow_context& fc) {
     co_return !ec;
 }
 
+// The client's first flight in an opaque tunnel, up to the end of its ClientHello. The
+// tunnel carries bytes to the host its CONNECT named, and only there: a ClientHello whose
+// server name is another host (domain fronting past a rule on that name, refused in an
+// intercepted tunnel too) or that OpenSSL cannot read is answered with the alert OpenSSL
+// wrote, and nothing reaches the upstream. Bytes that are not TLS pass as they are (the
+// policy made the tunnel opaque). Empty: passed on (counted); else the refusal's reason.
+template <class ClientStream, class Upstream>
+net::awaitable<std::string_view> first_flight(ClientStream& client, Upstream& up,
+                                              beast::flat_buffer& cbuf, const destination& d,
+                                              std::uint64_t& counted, const flow_context& fc) {
+    client_hello_probe probe;
+    for (std::size_t fed = 0;;) {
+        const auto* p = static_cast<const char*>(cbuf.data().data());
+        probe.feed(std::string_view(p + fed, cbuf.size() - fed));
+        fed = cbuf.size();
+        if (probe.current() != client_hello_probe::state::need_more)
+            break;
+        beast::get_lowest_layer(client).expires_after(fed == 0 ? client_idle_timeout * 5
+                                                               : tls_handshake_timeout);
+        auto [ec, n] = co_await client.async_read_some(cbuf.prepare(tunnel_chunk), as_tuple);
+        if (ec || n == 0) {
+            cbuf.consume(cbuf.size()); // the client left: what it began is not passed on
+            co_return "";
+        }
+        cbuf.commit(n);
+    }
+    using st = client_hello_probe::state;
+    const st s = probe.current();
+    const bool other_name = s == st::named && dlp::normalize_host(probe.name()) != d.host;
+    if (other_name || s == st::malformed) {
+        // Neither name goes into the log: the refused one was never inspected.
+        spdlog::info("flow {}: opaque tunnel refused: {}", fc.flow,
+                     other_name ? "the TLS ClientHello names another host than the CONNECT"
+                                : "the TLS ClientHello cannot be read");
+        if (!probe.alert().empty())
+            co_await net::async_write(client, net::buffer(probe.alert()), as_tuple);
+        cbuf.consume(cbuf.size());
+        co_return other_name ? "policy_deny" : "client_tls";
+    }
+    if (!fc.state->audit->healthy())
+        co_return "audit_unavailable";
+    counted += cbuf.size();
+    beast::get_lowest_layer(up).expires_after(upstream_io_timeout);
+    auto [wec, wn] = co_await net::async_write(up, cbuf.data(), as_tuple);
+    cbuf.consume(cbuf.size());
+    co_return wec ? std::string_view("relay_interrupted") : std::string_view();
+}
+
+// The client's side of an opaque tunnel: its first flight checked, then every byte.
+// A refusal closes the upstream leg, so that the other direction ends too.
+template <class ClientStream, class Upstream>
+net::awaitable<void> client_side(ClientStream& client, Upstream& up, beast::flat_buffer& cbuf,
+                                 const destination& d, audit_record& rec, const flow_context& fc,
+                                 std::string_view& refused) {
+    refused = co_await first_flight(client, up, cbuf, d, rec.bytes_up, fc);
+    if (refused.empty()) {
+        co_await pump(client, up, rec.bytes_up, *fc.state->audit);
+        co_return;
+    }
+    boost::system::error_code ignored;
+    beast::get_lowest_layer(up).socket().close(ignored);
+}
+
 template <class ClientStream>
 net::awaitable<void> opaque_tunnel(ClientStream& client, beast::flat_buffer& cbuf, destination& d,
                                    flow_context& fc, audit_record&& rec) {
@@ -78,17 +142,16 @@ net::awaitable<void> opaque_tunnel(ClientStream& client, beast::flat_buffer& cbu
         co_return;
     }
     const bool answered = co_await answer_connect(client, fc);
-    if (answered && cbuf.size() > 0) {
-        rec.bytes_up += cbuf.size();
-        co_await net::async_write(*up.stream, cbuf.data(), as_tuple);
-        cbuf.consume(cbuf.size());
-    }
     const audit_log& log = *fc.state->audit;
+    std::string_view refused;
     if (answered)
-        co_await (pump(client, *up.stream, rec.bytes_up, log) &&
+        co_await (client_side(client, *up.stream, cbuf, d, rec, fc, refused) &&
                   pump(*up.stream, client, rec.bytes_down, log));
-    rec.decision = "allow";
-    rec.reason = !answered ? "relay_interrupted" : killed_now(fc) ? kill_reason(fc) : "uninspected";
+    rec.decision = refused.empty() || refused == "relay_interrupted" ? "allow" : "deny";
+    rec.reason = !answered          ? "relay_interrupted"
+                 : killed_now(fc)   ? kill_reason(fc)
+                 : !refused.empty() ? std::string(refused)
+                                    : "uninspected";
     rec.inspected = false;
     rec.duration_ms = elapsed_ms(started);
     audit(fc, std::move(rec));
@@ -152,8 +215,15 @@ net::awaitable<bool> admit_connect(ClientStream& client, beast::flat_buffer& cbu
         co_return false;
     }
     // An opaque tunnel could carry a request that an earlier method- or path-constrained
-    // deny or supervise rule must decide: then the tunnel is intercepted instead.
-    if (!rule->inspect && !dlp::constrained_rule_precedes(*fc.policy, *rule, d.host, d.port)) {
+    // deny or supervise rule must decide, or one for another name of the same server that
+    // an earlier rule refuses (the Host field picks the name, and only an intercepted
+    // tunnel checks it): then the tunnel is intercepted instead.
+    bool opaque =
+        !rule->inspect && !dlp::constrained_rule_precedes(*fc.policy, *rule, d.host, d.port);
+    if (opaque)
+        opaque =
+            !co_await reaches_same_server(d, dlp::refusing_hosts_before(*fc.policy, *rule, d.port));
+    if (opaque) {
         // An opaque tunnel's requests are invisible: the CONNECT itself is the request
         // that counts against `requests_per_minute` (its bytes are not metered).
         if (auto wait = fc.state->limits.admit_request(fc.identity, fc.policy->limits); wait != 0) {

@@ -46,6 +46,45 @@ net::awaitable<resolve_result> resolve_destination(destination& d, const dlp::po
     co_return resolve_result::ok;
 }
 
+net::awaitable<bool> reaches_same_server(const destination& d, std::vector<std::string> names) {
+    const auto plain = [](const net::ip::address& a) -> net::ip::address {
+        if (a.is_v6() && a.to_v6().is_v4_mapped())
+            return net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6());
+        return a;
+    };
+    const auto ours = [&](const net::ip::address& a) {
+        return std::any_of(d.endpoints.begin(), d.endpoints.end(), [&](const tcp::endpoint& ep) {
+            return plain(ep.address()) == plain(a);
+        });
+    };
+    std::size_t looked_up = 0;
+    for (const auto& name : names) {
+        if (name == "*")
+            co_return true;
+        if (name.starts_with("*."))
+            continue;
+        std::string_view literal = name;
+        if (literal.size() > 2 && literal.front() == '[' && literal.back() == ']')
+            literal = literal.substr(1, literal.size() - 2);
+        boost::system::error_code aec;
+        if (auto addr = net::ip::make_address(literal, aec); !aec) {
+            if (ours(addr))
+                co_return true;
+            continue;
+        }
+        if (++looked_up > max_same_server_names)
+            co_return true;
+        tcp::resolver resolver(co_await net::this_coro::executor);
+        auto [ec, results] = co_await resolver.async_resolve(name, "", as_tuple);
+        if (ec)
+            continue; // a name that does not resolve names no server to compare
+        for (const auto& r : results)
+            if (ours(r.endpoint().address()))
+                co_return true;
+    }
+    co_return false;
+}
+
 dlp::verdict inspect_destination(flow_context& fc, std::string_view host, std::uint16_t port,
                                  const http::request_header<>* connect_head) {
     auto scan_started = std::chrono::steady_clock::now();

@@ -39,6 +39,15 @@ enum class resolve_result { ok, failed, private_address };
 /// connects only to these checked endpoints. An IP literal needs no resolver.
 net::awaitable<resolve_result> resolve_destination(destination& d, const dlp::policy& policy);
 
+/// True when one of `names` is an address `d` was resolved to, or resolves to one: a
+/// tunnel to `d` reaches that name's server too, since the Host field (RFC 9110 section
+/// 7.2), not the CONNECT name, picks the virtual host. "*" (a rule for every host) is
+/// true; other wildcard patterns cannot be resolved and are skipped (the ClientHello's
+/// server name is checked in the tunnel instead). More than `max_names` names is true:
+/// the answer is then "intercept", never a pass on names not looked at.
+inline constexpr std::size_t max_same_server_names = 16;
+net::awaitable<bool> reaches_same_server(const destination& d, std::vector<std::string> names);
+
 /// The destination name, inspected before anything resolves it: a secret spelled into a
 /// host name ("<hex of a token>.attacker.example") would leave in the DNS query even if
 /// the request were refused later (dlp::inspector::on_destination). With `connect_head`,

@@ -383,6 +383,35 @@ TEST(match_rule, connect_phase_uses_host_and_port_only) {
     EXPECT_EQ(match_rule(only_narrow_deny, "api.example.com", 443, "", "", true), nullptr);
 }
 
+TEST(refusing_hosts_before, every_deny_or_supervise_rule_before_the_chosen_one_on_its_port) {
+    policy p;
+    policy_rule deny_post; // constrained, any port
+    deny_post.hosts = {"api.example.com"};
+    deny_post.methods = {"POST"};
+    deny_post.act = action::deny;
+    policy_rule deny_admin; // plain, port 443 only
+    deny_admin.hosts = {"admin.example.com", "*.corp.example"};
+    deny_admin.ports = {443};
+    deny_admin.act = action::deny;
+    policy_rule allow_docs;
+    allow_docs.hosts = {"docs.example.com"};
+    policy_rule watch_any; // no hosts: every host
+    watch_any.path_prefix = "/upload";
+    watch_any.act = action::supervise;
+    policy_rule opaque;
+    opaque.inspect = false;
+    policy_rule after;
+    after.hosts = {"late.example.com"};
+    after.act = action::deny;
+    p.rules = {deny_post, deny_admin, allow_docs, watch_any, opaque, after};
+    using v = std::vector<std::string>;
+    EXPECT_EQ(refusing_hosts_before(p, p.rules[4], 443),
+              (v{"api.example.com", "admin.example.com", "*.corp.example", "*"}));
+    EXPECT_EQ(refusing_hosts_before(p, p.rules[4], 8443), (v{"api.example.com", "*"}));
+    EXPECT_EQ(refusing_hosts_before(p, p.rules[2], 8443), (v{"api.example.com"}));
+    EXPECT_EQ(refusing_hosts_before(p, p.rules[0], 443), v{});
+}
+
 TEST(resolve_identity, none_ambiguous_and_listener_fixed) {
     std::vector<identity> ids(3);
     ids[0].name = "patcher";

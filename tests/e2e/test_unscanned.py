@@ -11,7 +11,10 @@ host cases that **nothing reached the resolver**:
     hex across labels): 403 dlp_finding before any DNS query; a denied name with a
     trailing dot: 403 policy_deny before any DNS query;
   * a CONNECT that an opaque (`inspect: false`) rule would take, after a method-constrained
-    deny for the same host: intercepted, so the deny applies;
+    deny for the same host: intercepted, so the deny applies; the same for a CONNECT to
+    another name of that server (127.0.0.1 for localhost), where `Host: localhost` is
+    then 400; an opaque tunnel whose ClientHello names another host than its CONNECT:
+    an unrecognized_name alert, a policy_deny record, nothing at the origin;
   * plain http under `inspect: false`: scanned all the same;
   * a kept-alive tunnel across a reload that removes its allow: the next request in it is
     403 policy_deny;
@@ -425,6 +428,77 @@ class t3_policy_test(base):
         r = in_tunnel("sound", b"GET", b"/sound/" + m2.encode())
         self.assertEqual(r.status, 200, r)
         self.assertEqual(len(U.origin.requests_for(m2)), 1)
+
+    def test_an_opaque_tunnel_to_another_name_of_a_refused_server_is_intercepted(self):
+        # `sound` denies POST to localhost and opens every other host opaque. 127.0.0.1 is
+        # the same server: opaque, a POST with `Host: localhost` would reach it. The
+        # client trusts both the origin's CA and sluice's, so it would see either answer.
+        authority = b"127.0.0.1:%d" % U.origin.port
+        sock = socket.create_connection(("127.0.0.1", U.ports["sound"]), timeout=TIMEOUT_S)
+        sock.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
+        resp = http.client.HTTPResponse(sock, method="CONNECT")
+        resp.begin()
+        self.assertEqual(resp.status, 200)
+        ctx = ssl.create_default_context(cafile=U.sluice_ca)
+        ctx.load_verify_locations(os.path.join(U.tmp, "test-ca.pem"))
+        tls = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
+        try:
+            issuer = dict(x[0] for x in tls.getpeercert()["issuer"])
+            m = marker()
+            host = b"localhost:%d" % U.origin.port
+            tls.sendall(raw_head(b"POST", b"/sound/" + m.encode(), host,
+                                 [(b"Content-Length", b"7"), (b"Connection", b"close")]) +
+                        b'{"a":1}')
+            r = read_reply(tls, "POST", "request")
+            self.assert_refused(r, 400, "bad_request")
+            self.assert_nothing_at_origins(m)
+            self.assertIn("sluice", json.dumps(issuer).lower(), "the tunnel was intercepted")
+        finally:
+            tls.close()
+
+    def test_an_opaque_tunnel_refuses_a_client_hello_naming_another_host(self):
+        # `opaque` opens every host opaque: a tunnel still carries bytes only to the host
+        # its CONNECT named. A ClientHello asking 127.0.0.1's server for `localhost` gets
+        # an unrecognized_name alert, and the origin never sees the handshake.
+        authority = b"127.0.0.1:%d" % U.origin.port
+        sock = socket.create_connection(("127.0.0.1", U.ports["opaque"]), timeout=TIMEOUT_S)
+        sock.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
+        resp = http.client.HTTPResponse(sock, method="CONNECT")
+        resp.begin()
+        self.assertEqual(resp.status, 200)
+        flow = resp.getheader("X-Sluice-Flow")
+        ctx = ssl.create_default_context(cafile=os.path.join(U.tmp, "test-ca.pem"))
+        m = marker()
+        with self.assertRaises(ssl.SSLError) as cm:
+            tls = ctx.wrap_socket(sock, server_hostname="localhost")
+            tls.sendall(raw_head(b"GET", b"/fronted/" + m.encode(), b"localhost",
+                                 [(b"Content-Length", b"0")]))
+            read_reply(tls, "GET", "request")
+        sock.close()
+        self.assertIn("UNRECOGNIZED_NAME", str(cm.exception).upper())
+        self.assert_nothing_at_origins(m)
+        _, _, hits = wait_for(lambda rec: rec.get("flow") == flow and
+                              rec.get("event") != "start")
+        self.assertEqual([(h.get("decision"), h.get("reason")) for h in hits],
+                         [("deny", "policy_deny")], hits)
+
+    def test_an_opaque_tunnel_passes_a_client_hello_naming_its_host(self):
+        authority = b"localhost:%d" % U.origin.port
+        sock = socket.create_connection(("127.0.0.1", U.ports["opaque"]), timeout=TIMEOUT_S)
+        sock.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
+        resp = http.client.HTTPResponse(sock, method="CONNECT")
+        resp.begin()
+        self.assertEqual(resp.status, 200)
+        ctx = ssl.create_default_context(cafile=os.path.join(U.tmp, "test-ca.pem"))
+        tls = ctx.wrap_socket(sock, server_hostname="localhost")
+        try:
+            m = marker()
+            tls.sendall(raw_head(b"GET", b"/opaque/" + m.encode(), authority,
+                                 [(b"Content-Length", b"0"), (b"Connection", b"close")]))
+            self.assertEqual(read_reply(tls, "GET", "request").status, 200)
+            self.assertEqual(len(U.origin.requests_for(m)), 1)
+        finally:
+            tls.close()
 
     def test_uninspected_exchange_records_hold_no_secret(self):
         # The GET lands on the `inspect: false` rule inside the intercepted tunnel: it goes

@@ -165,6 +165,14 @@ const policy_rule* match_rule(const policy& p, std::string_view host, std::uint1
 bool constrained_rule_precedes(const policy& p, const policy_rule& chosen, std::string_view host,
                                std::uint16_t port) noexcept;
 
+/// The host patterns of every rule before `chosen` that denies or supervises on `port`,
+/// constrained or not ("*" for a rule without hosts). An opaque tunnel to another name
+/// of the same server reaches their requests too (the Host field, not the CONNECT name,
+/// picks the virtual host: RFC 9110 section 7.2, and an opaque tunnel cannot check it),
+/// so the proxy compares addresses and intercepts such a tunnel.
+std::vector<std::string> refusing_hosts_before(const policy& p, const policy_rule& chosen,
+                                               std::uint16_t port);
+
 /// The identity for a flow: the listener's fixed identity if set, else the one identity
 /// whose source_cidrs contain `source`. nullopt when none or more than one match.
 std::optional<std::string> resolve_identity(const std::vector<identity>& identities,
