@@ -52,15 +52,32 @@ bool zlib_header(unsigned char b0, unsigned char b1) noexcept {
     return (b0 & 0x0f) == 8 && (b0 >> 4) <= 7 && ((b0 << 8) | b1) % 31 == 0 && !(b1 & 0x20);
 }
 
+// bzip2 (the format of bzip2 1.0.8 / libbz2, which has no RFC): "BZh", a block size digit
+// '1'-'9', then a block header (the BCD digits of pi, 31 41 59 26 53 59) or the end of
+// stream (sqrt(pi), 17 72 45 38 50 90).
+bool bzip2_magic(const unsigned char* b, std::size_t n) noexcept {
+    static constexpr unsigned char block[] = {0x31, 0x41, 0x59, 0x26, 0x53, 0x59};
+    static constexpr unsigned char end[] = {0x17, 0x72, 0x45, 0x38, 0x50, 0x90};
+    return n >= 10 && b[0] == 'B' && b[1] == 'Z' && b[2] == 'h' && b[3] >= '1' && b[3] <= '9' &&
+           (std::memcmp(b + 4, block, 6) == 0 || std::memcmp(b + 4, end, 6) == 0);
+}
+
+// True while `b` (n bytes) can still be the start of "BZh1".."BZh9".
+bool bzip2_prefix(const unsigned char* b, std::size_t n) noexcept {
+    static constexpr unsigned char bzh[] = {'B', 'Z', 'h'};
+    const std::size_t k = std::min<std::size_t>(n, 3);
+    return std::memcmp(b, bzh, k) == 0 && (n < 4 || (b[3] >= '1' && b[3] <= '9'));
+}
+
 } // namespace
 
-enum class coding_kind { none, gzip, zlib, raw, auto_deflate, br, zstd };
+enum class coding_kind { none, gzip, zlib, raw, auto_deflate, br, zstd, bzip2 };
 
 struct stream_decoder::impl {
     coding_kind kind = coding_kind::none;
     bool init = false;
     bool ended = false;
-    bool between = false; // gzip: a member ended exactly where the input seen so far ends
+    bool between = false; // gzip, bzip2: a stream ended where the input seen so far ends
     bool keep = false;
     bool harvested = false;
     std::size_t consumed = 0;
@@ -71,6 +88,9 @@ struct stream_decoder::impl {
     std::string extra, name, comment;
     BrotliDecoderState* br = nullptr;
     ZSTD_DCtx* zd = nullptr;
+    bz_stream bz{};
+    bool bz_open = false; // bz holds a libbz2 state (BZ2_bzDecompressEnd owed)
+    std::string next;     // bzip2: bytes after a stream that may start "BZh" of another
     leftovers left;
 
     ~impl() {
@@ -81,6 +101,8 @@ struct stream_decoder::impl {
             BrotliDecoderDestroyInstance(br);
         if (zd)
             ZSTD_freeDCtx(zd);
+        if (bz_open)
+            BZ2_bzDecompressEnd(&bz);
     }
 
     void add_left(const unsigned char* p, std::size_t n, bool trailing) {
@@ -162,6 +184,9 @@ struct stream_decoder::impl {
             ZSTD_DCtx_setParameter(zd, ZSTD_d_windowLogMax, 23);
             init = true;
             return true;
+        case coding_kind::bzip2:
+            init = start_bz2();
+            return init;
         default:
             return false;
         }
@@ -221,6 +246,79 @@ struct stream_decoder::impl {
             }
             if (rc != Z_OK && rc != Z_BUF_ERROR)
                 return inflate_status::error;
+        }
+    }
+
+    bool start_bz2() {
+        bz = bz_stream{};
+        bz_open = BZ2_bzDecompressInit(&bz, 0, 0) == BZ_OK;
+        return bz_open;
+    }
+
+    // bzip2 streams back to back (pbzip2, `cat a.bz2 b.bz2`), as bunzip2() reads them
+    // whole: after a stream, bytes that start "BZh1".."BZh9" open the next one (held in
+    // `next` while a piece boundary cuts those four bytes); anything else ends the body.
+    inflate_status feed_bz2(const unsigned char* p, std::size_t n, std::size_t limit,
+                            std::string& out) {
+        std::array<char, chunk> buf;
+        bool more_output = false;
+        for (;;) {
+            if (ended) {
+                add_left(p, n, true);
+                return inflate_status::ok;
+            }
+            if (between) {
+                const std::size_t take = std::min(n, 4 - next.size());
+                next.append(reinterpret_cast<const char*>(p), take);
+                p += take;
+                n -= take;
+                const auto* q = reinterpret_cast<const unsigned char*>(next.data());
+                if (!bzip2_prefix(q, next.size())) {
+                    ended = true;
+                    add_left(q, next.size(), true);
+                    next.clear();
+                    continue;
+                }
+                if (next.size() < 4)
+                    return inflate_status::ok;
+                between = false;
+                BZ2_bzDecompressEnd(&bz);
+                bz_open = false;
+                if (!start_bz2())
+                    return inflate_status::error;
+                const std::string head = std::move(next);
+                next.clear();
+                const auto rc =
+                    feed_bz2(reinterpret_cast<const unsigned char*>(head.data()), 4, limit, out);
+                if (rc != inflate_status::ok)
+                    return rc;
+                continue;
+            }
+            if (n == 0 && !more_output)
+                return inflate_status::ok;
+            bz.next_in = const_cast<char*>(reinterpret_cast<const char*>(p));
+            bz.avail_in = static_cast<unsigned>(std::min<std::size_t>(n, 1u << 30));
+            bz.next_out = buf.data();
+            bz.avail_out = static_cast<unsigned>(buf.size());
+            const unsigned before = bz.avail_in;
+            const int rc = BZ2_bzDecompress(&bz);
+            const std::size_t used = before - bz.avail_in;
+            const std::size_t produced = buf.size() - bz.avail_out;
+            p += used;
+            n -= used;
+            consumed += used;
+            if (!append(out, reinterpret_cast<const unsigned char*>(buf.data()), produced, limit))
+                return inflate_status::over_limit;
+            more_output = bz.avail_out == 0;
+            if (rc == BZ_STREAM_END) {
+                between = true;
+                more_output = false;
+                continue;
+            }
+            if (rc != BZ_OK)
+                return inflate_status::error;
+            if (used == 0 && produced == 0)
+                return n == 0 ? inflate_status::ok : inflate_status::error;
         }
     }
 
@@ -292,6 +390,8 @@ stream_decoder::stream_decoder(std::string_view coding)
         impl_->kind = coding_kind::br;
     else if (iequals(coding, "zstd"))
         impl_->kind = coding_kind::zstd;
+    else if (iequals(coding, "bzip2")) // internal: no HTTP coding is bzip2
+        impl_->kind = coding_kind::bzip2;
 }
 
 stream_decoder::~stream_decoder() = default;
@@ -344,6 +444,8 @@ inflate_status stream_decoder::feed(std::string_view in, std::size_t limit, std:
         return s.feed_br(p, in.size(), limit, out);
     case coding_kind::zstd:
         return s.feed_zstd(p, in.size(), limit, out);
+    case coding_kind::bzip2:
+        return s.feed_bz2(p, in.size(), limit, out);
     default:
         return s.feed_zlib(p, in.size(), limit, out);
     }
@@ -371,16 +473,6 @@ inflate_status one_shot(std::string_view coding, std::string_view in, std::size_
         for (auto& part : d.left())
             left->push_back(std::move(part));
     return rc;
-}
-
-// bzip2 (the format of bzip2 1.0.8 / libbz2, which has no RFC): "BZh", a block size digit
-// '1'-'9', then a block header (the BCD digits of pi, 31 41 59 26 53 59) or the end of
-// stream (sqrt(pi), 17 72 45 38 50 90).
-bool bzip2_magic(const unsigned char* b, std::size_t n) noexcept {
-    static constexpr unsigned char block[] = {0x31, 0x41, 0x59, 0x26, 0x53, 0x59};
-    static constexpr unsigned char end[] = {0x17, 0x72, 0x45, 0x38, 0x50, 0x90};
-    return n >= 10 && b[0] == 'B' && b[1] == 'Z' && b[2] == 'h' && b[3] >= '1' && b[3] <= '9' &&
-           (std::memcmp(b + 4, block, 6) == 0 || std::memcmp(b + 4, end, 6) == 0);
 }
 
 // Every bzip2 stream of `in` one after the other (pbzip2 and `cat a.bz2 b.bz2` write

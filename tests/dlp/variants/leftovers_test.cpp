@@ -275,3 +275,60 @@ TEST(decode_leftovers, stream_decoder_matches_one_shot_at_every_split) {
         EXPECT_EQ(cut.finish(), decode::inflate_status::error) << coding << " truncated";
     }
 }
+
+// The internal "bzip2" stream decoder (embedded bzip2 in a streamed body): the same bytes
+// as bunzip2 (through sniffed()) at every split, concatenated streams, the output limit,
+// and where the stream ends when other bytes follow it (consumed() stops there).
+TEST(decode_leftovers, bzip2_stream_decoder) {
+    std::string text;
+    for (int k = 0; k < 20000; ++k)
+        text += "line " + std::to_string(k * 7919 % 1000) + "\n";
+    const std::string data = tc::bzip2(text) + tc::bzip2("second");
+    std::string whole;
+    std::string_view name;
+    ASSERT_EQ(decode::sniffed(data, 1 << 24, whole, name), decode::inflate_status::ok);
+    ASSERT_EQ(whole, text + "second");
+    for (const std::size_t step : {1u, 3u, 7u, 100u, 4096u}) {
+        decode::stream_decoder d("bzip2");
+        ASSERT_TRUE(d.valid());
+        std::string out;
+        for (std::size_t i = 0; i < data.size(); i += step)
+            ASSERT_EQ(d.feed(std::string_view(data).substr(i, step), 1 << 24, out),
+                      decode::inflate_status::ok)
+                << "step " << step << " at " << i;
+        EXPECT_EQ(d.finish(), decode::inflate_status::ok) << step;
+        EXPECT_EQ(d.consumed(), data.size()) << step;
+        EXPECT_FALSE(d.ended()) << step; // another stream may still follow
+        EXPECT_EQ(out, whole) << step;
+    }
+    // Other bytes after the stream ("BZ" and then not "h1".."h9" too): ended() with
+    // consumed() at the end of the stream, the rest a leftover.
+    const std::string one = tc::bzip2(text);
+    for (const std::string& tail : {"trailing bytes"s, "BZx and more"s, "BZh0"s}) {
+        decode::stream_decoder d("bzip2");
+        d.keep_leftovers(true);
+        std::string out;
+        const std::string in = one + tail;
+        for (std::size_t i = 0; i < in.size(); i += 5)
+            ASSERT_EQ(d.feed(std::string_view(in).substr(i, 5), 1 << 24, out),
+                      decode::inflate_status::ok)
+                << tail;
+        EXPECT_TRUE(d.ended()) << tail;
+        EXPECT_EQ(d.consumed(), one.size()) << tail;
+        ASSERT_EQ(d.left().size(), 1u) << tail;
+        EXPECT_EQ(d.left().front(), tail);
+        EXPECT_EQ(out, text);
+    }
+    decode::stream_decoder small("bzip2");
+    std::string out;
+    EXPECT_EQ(small.feed(one, 1000, out), decode::inflate_status::over_limit);
+    EXPECT_LE(out.size(), 1000u);
+    decode::stream_decoder cut("bzip2");
+    out.clear();
+    EXPECT_EQ(cut.feed(std::string_view(one).substr(0, one.size() / 2), 1 << 24, out),
+              decode::inflate_status::ok);
+    EXPECT_EQ(cut.finish(), decode::inflate_status::error);
+    decode::stream_decoder junk("bzip2");
+    out.clear();
+    EXPECT_EQ(junk.feed("BZh9 is not a block", 1 << 24, out), decode::inflate_status::error);
+}

@@ -90,8 +90,11 @@ std::vector<std::size_t> embedded_offsets(std::string_view data);
 /// chunks, windows): the same codings and the same output bound as content(), with one
 /// zlib/brotli/zstd state for the whole stream, so a stream split anywhere decodes to the
 /// same bytes as whole. "deflate" picks the zlib wrapper when the first two bytes pass its
-/// header check (RFC 1950 section 2.2), else raw DEFLATE (RFC 1951). After the stream ends
-/// (ended()), further bytes are not decoded (gzip: unless they start another member).
+/// header check (RFC 1950 section 2.2), else raw DEFLATE (RFC 1951). Internal codings for
+/// streams recognised by their magic: "zlib" (wrapper only), "raw-deflate", and "bzip2"
+/// (libbz2; bzip2 is no HTTP coding). After the stream ends (ended()), further bytes are not
+/// decoded (gzip: unless they start another member; bzip2: unless they start "BZh1".."BZh9",
+/// another stream).
 /// Not thread safe; movable, not copyable. Never throws except std::bad_alloc.
 class stream_decoder {
 public:
