@@ -5,7 +5,8 @@
 // bytes) and at most 1 MiB; decoding in two pieces gives the same status and bytes as in
 // one; magic_offsets reports only real gzip/zstd magics, in order; embedded_offsets
 // reports, in order, every gzip/zstd magic and only offsets whose stream sniffed() opens
-// (SSE2 blocks and the scalar tail agree: the input is also checked one byte in).
+// (SSE2 blocks and the scalar tail agree: the input is also checked one byte in), and
+// first_embedded the first of them below a cut.
 #include "sluice/dlp/decode.hpp"
 
 #include <cstddef>
@@ -83,6 +84,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         if (g != gz.size())
             std::abort(); // a gzip/zstd magic embedded_offsets missed
+        // first_embedded stops at the first of them below its end (a streamed body's search).
+        const std::size_t end = text.size() * data[1] / 256;
+        const std::size_t first = decode::first_embedded(text, end);
+        const bool none = all.empty() || all.front() >= end;
+        if (none ? first != std::string_view::npos : first != all.front())
+            std::abort();
     }
     return 0;
 }

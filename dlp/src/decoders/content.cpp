@@ -608,7 +608,7 @@ bool zlib_start(const unsigned char* b, std::size_t n) noexcept {
         return false;
     unsigned char sink[256];
     p.zs.next_in = const_cast<unsigned char*>(b);
-    p.zs.avail_in = static_cast<uInt>(std::min<std::size_t>(n, 256));
+    p.zs.avail_in = static_cast<uInt>(std::min(n, embedded_probe));
     p.zs.next_out = sink;
     p.zs.avail_out = sizeof sink;
     const int rc = inflate(&p.zs, Z_SYNC_FLUSH);
@@ -620,17 +620,19 @@ bool zlib_cmf(unsigned char c) noexcept {
     return (c & 0x8f) == 0x08;
 }
 
-} // namespace
-
-std::vector<std::size_t> embedded_offsets(std::string_view data) {
-    std::vector<std::size_t> at;
+// Calls hit(k) for every offset k < end where embedded_offsets() reports a start, in order,
+// until hit returns false; a start's bytes are read up to data.size().
+template <class Hit>
+void each_embedded(std::string_view data, std::size_t end, Hit hit) {
     const auto* b = reinterpret_cast<const unsigned char*>(data.data());
     const std::size_t n = data.size();
+    end = std::min(end, n);
     const auto check = [&](std::size_t k) {
         const unsigned char c = b[k];
         if ((c == 0x1f && gzip_magic(b + k, n - k)) || (c == 0x28 && zstd_magic(b + k, n - k)) ||
             (c == 'B' && bzip2_magic(b + k, n - k)) || (zlib_cmf(c) && zlib_start(b + k, n - k)))
-            at.push_back(k);
+            return hit(k);
+        return true;
     };
     std::size_t k = 0;
 #if defined(__SSE2__)
@@ -641,21 +643,44 @@ std::vector<std::size_t> embedded_offsets(std::string_view data) {
     const auto eq = [](__m128i v, int c) {
         return _mm_cmpeq_epi8(v, _mm_set1_epi8(static_cast<char>(c)));
     };
-    for (; k + 17 <= n; k += 16) {
+    for (; k + 17 <= n && k < end; k += 16) {
         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + k));
         const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + k + 1));
         const __m128i cmf = eq(_mm_and_si128(v, _mm_set1_epi8(static_cast<char>(0x8f))), 0x08);
         const __m128i no_dict = eq(_mm_and_si128(w, _mm_set1_epi8(0x20)), 0);
-        const __m128i hit = _mm_or_si128(
+        const __m128i hits = _mm_or_si128(
             _mm_or_si128(_mm_and_si128(cmf, no_dict), _mm_and_si128(eq(v, 0x1f), eq(w, 0x8b))),
             _mm_or_si128(_mm_and_si128(eq(v, 0x28), eq(w, 0xb5)),
                          _mm_and_si128(eq(v, 'B'), eq(w, 'Z'))));
-        for (auto m = static_cast<unsigned>(_mm_movemask_epi8(hit)); m != 0; m &= m - 1)
-            check(k + static_cast<std::size_t>(__builtin_ctz(m)));
+        for (auto m = static_cast<unsigned>(_mm_movemask_epi8(hits)); m != 0; m &= m - 1) {
+            const std::size_t at = k + static_cast<std::size_t>(__builtin_ctz(m));
+            if (at >= end || !check(at))
+                return;
+        }
     }
 #endif
-    for (; k < n; ++k)
-        check(k);
+    for (; k < end; ++k)
+        if (!check(k))
+            return;
+}
+
+} // namespace
+
+std::vector<std::size_t> embedded_offsets(std::string_view data) {
+    std::vector<std::size_t> at;
+    each_embedded(data, data.size(), [&](std::size_t k) {
+        at.push_back(k);
+        return true;
+    });
+    return at;
+}
+
+std::size_t first_embedded(std::string_view data, std::size_t end) {
+    std::size_t at = std::string_view::npos;
+    each_embedded(data, end, [&](std::size_t k) {
+        at = k;
+        return false;
+    });
     return at;
 }
 

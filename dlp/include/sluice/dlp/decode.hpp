@@ -86,6 +86,17 @@ std::vector<std::size_t> magic_offsets(std::string_view data, std::size_t max);
 /// All of them, in order: the caller bounds the work (each offset is a candidate).
 std::vector<std::size_t> embedded_offsets(std::string_view data);
 
+/// Bytes after an offset that embedded_offsets() reads to decide on it: the zlib probe
+/// inflates up to this many (the longest magic, bzip2's with its block magic, is 10). With
+/// fewer there, a start may be reported that more bytes would rule out, or a bzip2 or zlib
+/// start missed; a caller that has only part of a body holds the last ones back.
+inline constexpr std::size_t embedded_probe = 256;
+
+/// The first offset below `end` that embedded_offsets(data) reports (its probe reads the
+/// bytes after `end` too), or npos: for a body seen in pieces, which searches up to the
+/// last embedded_probe bytes of what it has and starts a decoder at the first hit.
+std::size_t first_embedded(std::string_view data, std::size_t end);
+
 /// One Content-Encoding decoder fed a body piece by piece (a streamed body, RFC 9112
 /// chunks, windows): the same codings and the same output bound as content(), with one
 /// zlib/brotli/zstd state for the whole stream, so a stream split anywhere decodes to the
