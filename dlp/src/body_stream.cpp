@@ -37,7 +37,7 @@ struct body_stream::decoded_state {
         : dec(c)
         , coding(coding_name(c)) {}
     decode::stream_decoder dec;
-    std::string coding; ///< variant prefix: gzip, deflate, br, zstd
+    std::string coding; ///< variant prefix: gzip, deflate, br, zstd; zlib, bzip2 embedded
     bool declared = false;
     std::uint64_t raw_start = 0; ///< raw offset where the stream starts
     std::uint64_t raw_next = 0;  ///< raw offset of the next byte to feed
@@ -114,7 +114,8 @@ bool body_stream::scan_decoded(std::string_view fresh, bool last, result& r) {
 }
 
 // Feeds the raw bytes [raw_at, raw_at + raw.size()) not yet fed to the stream decoder,
-// starting one where a declared coding or a gzip/zstd magic says a stream begins.
+// starting one where a declared coding says a stream begins, or where embedded_offsets()
+// would see a gzip, zstd, bzip2 or zlib stream start.
 bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool last, result& r) {
     const std::uint64_t raw_end = raw_at + raw.size();
     for (;;) {
@@ -130,15 +131,28 @@ bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool l
                 const std::uint64_t from = std::max(sniff_from_, raw_at);
                 if (from >= raw_end)
                     return true;
-                const auto at = decode::magic_offsets(raw.substr(from - raw_at), 1);
-                if (at.empty()) {
-                    // A magic cut by the end of this piece is found in the carried tail.
-                    sniff_from_ = std::max(from, raw_end - std::min<std::uint64_t>(3, raw_end));
+                // A start is decided on the embedded_probe bytes after it (a magic, or a
+                // zlib header and the first bytes it inflates): those at the end of a piece
+                // wait for the next one, in the carried tail, unless no more follow.
+                const std::uint64_t settled =
+                    last ? raw_end
+                         : raw_end - std::min<std::uint64_t>(decode::embedded_probe, raw_end);
+                if (from >= settled) {
+                    sniff_from_ = from;
                     return true;
                 }
-                const std::uint64_t start = from + at.front();
-                const bool zstd = static_cast<unsigned char>(raw[start - raw_at]) == 0x28;
-                dec_ = std::make_unique<decoded_state>(zstd ? "zstd" : "gzip");
+                const std::size_t k =
+                    decode::first_embedded(raw.substr(from - raw_at), settled - from);
+                if (k == std::string_view::npos) {
+                    sniff_from_ = settled;
+                    return true;
+                }
+                const std::uint64_t start = from + k;
+                const auto c = static_cast<unsigned char>(raw[start - raw_at]);
+                dec_ = std::make_unique<decoded_state>(c == 0x1f   ? "gzip"
+                                                       : c == 0x28 ? "zstd"
+                                                       : c == 'B'  ? "bzip2"
+                                                                   : "zlib");
                 dec_->raw_start = dec_->raw_next = dec_->safe_raw = start;
             }
             if (dec_->declared)
@@ -204,7 +218,8 @@ body_stream::result body_stream::feed(std::string_view data, bool last) {
         const std::uint64_t buf_at = at - raw_tail_.size();
         if (!scan(buf, buf_at, {}, r))
             return r;
-        const std::size_t keep = std::min(overlap_, buf.size());
+        // The tail is also where an embedded stream's start cut by this piece is found.
+        const std::size_t keep = std::min(std::max(overlap_, decode::embedded_probe), buf.size());
         raw_tail_.assign(buf, buf.size() - keep, keep);
         if (!run_decoder(buf, buf_at, last, r))
             return r;

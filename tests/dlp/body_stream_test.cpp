@@ -2,6 +2,8 @@
 // (declared by Content-Encoding, or recognised by its magic anywhere in the raw bytes)
 // is found before the raw bytes that carry it are released, whatever the window size;
 // a malformed declared coding is 400 bad_encoding; a clean body is released whole.
+// Embedded streams without Content-Encoding: gzip, zstd, zlib (any window) and bzip2,
+// wherever a piece boundary cuts their magic or header.
 #include "variants/coders.hpp"
 
 #include "sluice/detectors/ruleset.hpp"
@@ -12,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <random>
 
 using namespace sluice;
 using namespace sluice::dlp;
@@ -34,6 +37,21 @@ std::string text(std::size_t bytes) {
     return s;
 }
 
+// Clean text that compresses poorly (random lowercase words), so a compressed stream of
+// it spans many windows.
+std::string words(std::size_t bytes, unsigned seed = 7) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> letter(0, 25), len(2, 9);
+    std::string s;
+    while (s.size() < bytes) {
+        for (int n = len(rng); n > 0; --n)
+            s += static_cast<char>('a' + letter(rng));
+        s += s.size() % 61 < 9 ? '\n' : ' ';
+    }
+    s.resize(bytes);
+    return s;
+}
+
 struct outcome {
     verdict v;                         // the last verdict (deny, or forward at the end)
     std::uint64_t released = 0;        // releasable when the stream stopped
@@ -51,14 +69,23 @@ protected:
     }
     outcome run(std::string_view ce, std::string_view body, std::size_t step,
                 std::size_t window = 64 * 1024) {
-        body_stream bs(pol_, *scanner_, {}, ce, window, 8 * 1024);
+        return run_from(ce, body, step, step, window, 8 * 1024);
+    }
+    // A first piece of `first` bytes, then pieces of `step`; `lag` is the most raw bytes
+    // fed and not yet releasable after any piece before the last.
+    outcome run_from(std::string_view ce, std::string_view body, std::size_t first,
+                     std::size_t step, std::size_t window, std::size_t overlap,
+                     std::uint64_t* lag = nullptr) {
+        body_stream bs(pol_, *scanner_, {}, ce, window, overlap);
         outcome o;
-        for (std::size_t i = 0; i < body.size() || i == 0; i += step) {
-            const bool last = i + step >= body.size();
-            auto r = bs.feed(body.substr(i, std::min(step, body.size() - i)), last);
+        for (std::size_t i = 0, n = first; i < body.size() || i == 0; i += n, n = step) {
+            const bool last = i + n >= body.size();
+            auto r = bs.feed(body.substr(i, std::min(n, body.size() - i)), last);
             for (const auto& f : r.v.findings)
                 o.variants += f.variant + " ";
             EXPECT_GE(r.releasable, o.released);
+            if (lag && !last)
+                *lag = std::max(*lag, i + n - r.releasable);
             if (r.v.kind != verdict_kind::forward) {
                 o.v = r.v;
                 o.released_before = o.released;
@@ -142,4 +169,83 @@ TEST_F(body_stream_test, token_in_trailing_bytes_of_a_declared_stream) {
     auto o = run("gzip", data, 64 * 1024);
     EXPECT_EQ(o.v.status, 403);
     EXPECT_EQ(o.v.reason, "dlp_finding");
+}
+
+// A zlib stream (RFC 1950, no Content-Encoding) after clean bytes, many windows long, the
+// token near its end: decoded across windows with one inflate state, whatever its window.
+TEST_F(body_stream_test, zlib_without_content_encoding_after_other_bytes) {
+    const std::string before = text(40 * 1024);
+    for (const int bits : {15, 9}) {
+        const std::string z = tc::zlib_window(words(400 * 1024) + tok_ + "\n" + text(500), bits);
+        ASSERT_GT(z.size(), 200u * 1024) << bits;
+        const std::string body = before + z + text(20 * 1024);
+        for (const auto& [step, window] : std::vector<std::pair<std::size_t, std::size_t>>{
+                 {1000, 16 * 1024}, {4093, 16 * 1024}, {64 * 1024, 64 * 1024}}) {
+            auto o = run_from("", body, step, step, window, 8 * 1024);
+            EXPECT_EQ(o.v.status, 403) << bits << " step " << step;
+            EXPECT_EQ(o.v.reason, "dlp_finding") << bits << " step " << step;
+            EXPECT_NE(o.variants.find("zlib"), std::string::npos) << o.variants;
+            EXPECT_LE(o.released_before, before.size() + z.size()) << bits << " step " << step;
+        }
+    }
+}
+
+// The same for bzip2 ("BZh9" and a block magic), alone and as the second of two
+// concatenated streams (`cat a.bz2 b.bz2`).
+TEST_F(body_stream_test, bzip2_without_content_encoding_after_other_bytes) {
+    const std::string before = text(40 * 1024);
+    const std::string bz = tc::bzip2(words(400 * 1024) + tok_ + "\n" + text(500));
+    ASSERT_GT(bz.size(), 200u * 1024);
+    for (const std::string& streams : {bz, tc::bzip2(text(50 * 1024)) + bz}) {
+        const std::string body = before + streams + text(20 * 1024);
+        for (const auto& [step, window] : std::vector<std::pair<std::size_t, std::size_t>>{
+                 {1000, 16 * 1024}, {64 * 1024, 64 * 1024}}) {
+            auto o = run_from("", body, step, step, window, 8 * 1024);
+            EXPECT_EQ(o.v.status, 403) << streams.size() << " step " << step;
+            EXPECT_EQ(o.v.reason, "dlp_finding") << streams.size() << " step " << step;
+            EXPECT_NE(o.variants.find("bzip2"), std::string::npos) << o.variants;
+            EXPECT_LE(o.released_before, before.size() + streams.size()) << step;
+        }
+    }
+}
+
+// A piece boundary anywhere in the magic, the zlib header or the bytes its probe reads
+// (the first 256), with a carried tail (overlap) shorter than all of them.
+TEST_F(body_stream_test, magic_or_header_cut_at_a_piece_boundary) {
+    const std::string before = text(20 * 1024);
+    const std::string plain = words(60 * 1024) + tok_ + "\n" + text(300);
+    for (const auto& [name, data] :
+         std::vector<std::pair<std::string, std::string>>{{"zlib", tc::zlib_window(plain, 15)},
+                                                          {"zlib", tc::zlib_window(plain, 9)},
+                                                          {"bzip2", tc::bzip2(plain)},
+                                                          {"gzip", tc::gzip(plain)},
+                                                          {"zstd", tc::zstd(plain)}}) {
+        ASSERT_GT(data.size(), 8u * 4096) << name;
+        const std::string body = before + data + text(5000);
+        for (const std::size_t into : {0u, 1u, 2u, 3u, 4u, 9u, 10u, 11u, 100u, 255u, 256u, 257u}) {
+            auto o = run_from("", body, before.size() + into, 4096, 4096, 64);
+            EXPECT_EQ(o.v.status, 403) << name << " cut " << into << " bytes in";
+            EXPECT_NE(o.variants.find(name), std::string::npos) << name << " " << o.variants;
+        }
+    }
+}
+
+// Clean text full of bytes that pass the zlib header check ("x^", "hC", "XG", "(S", "HK"
+// and a real 78 9c header before text), bzip2 and gzip magic prefixes: no finding, and
+// every false start fails within bytes, so releases keep up with the bytes fed. The same
+// bytes with a zlib stream after them still find its token.
+TEST_F(body_stream_test, zlib_header_look_alikes_stream_through) {
+    std::string noise;
+    for (int k = 0; noise.size() < 600 * 1024; ++k)
+        noise += "x^ hC XG (S HK 8\x1d h\x01 BZh9 BZh91AY \x1f\x8b\x08 \x78\x9c" + text(40) +
+                 " (\xb5/ " + std::to_string(k) + "\n";
+    std::uint64_t lag = 0;
+    auto clean = run_from("", noise, 4000, 4000, 16 * 1024, 8 * 1024, &lag);
+    EXPECT_EQ(clean.v.kind, verdict_kind::forward) << clean.v.reason << " " << clean.variants;
+    EXPECT_EQ(clean.released, noise.size());
+    EXPECT_LE(lag, 16u * 1024); // never more than the overlap and a piece or two behind
+    const std::string z = tc::zlib_window(words(200 * 1024) + tok_ + "\n", 15);
+    auto o = run_from("", noise + z, 4000, 4000, 16 * 1024, 8 * 1024);
+    EXPECT_EQ(o.v.status, 403);
+    EXPECT_NE(o.variants.find("zlib"), std::string::npos) << o.variants;
 }

@@ -6,10 +6,13 @@
 // piece scanned again in front of the next, so a secret that straddles two pieces is
 // found before any of it is released. A compressed stream is decoded across pieces with
 // one decoder state (decode::stream_decoder): the declared Content-Encoding from the
-// first byte, and any gzip member or zstd frame whose magic appears anywhere in the raw
-// bytes (a compressed file sent without Content-Encoding, or after other bytes); the
-// decoded bytes get the same window/tail discipline. A raw byte is released only when
-// the decoded bytes it produced have `overlap` bytes of decoded context scanned after them.
+// first byte, and any gzip member, zstd frame, bzip2 stream or zlib stream (RFC 1950)
+// that starts anywhere in the raw bytes (a compressed file sent without Content-Encoding,
+// or after other bytes), found as decode::embedded_offsets() finds them for a whole body;
+// a start cut by the end of a piece is decided when the next piece is there. A false
+// start fails within bytes and the search goes on after its first byte. The decoded bytes
+// get the same window/tail discipline. A raw byte is released only when the decoded
+// bytes it produced have `overlap` bytes of decoded context scanned after them.
 //
 // Thread safety: one body_stream per body, on the thread that owns the scanner. Never
 // throws: an exception inside (allocation) becomes a deny 500 `internal` verdict.
@@ -80,7 +83,8 @@ private:
     std::size_t window_;
     std::size_t overlap_;
     std::string declared_; ///< the declared coding ("" for identity)
-    std::string raw_tail_; ///< last `overlap` raw bytes, scanned, in front of the next piece
+    std::string raw_tail_; ///< last max(`overlap`, decode::embedded_probe) raw bytes, scanned,
+                           ///< in front of the next piece
     std::uint64_t fed_ = 0;
     std::uint64_t released_ = 0;
     std::uint64_t sniff_from_ = 0; ///< raw offset where the magic search goes on
