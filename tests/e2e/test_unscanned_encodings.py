@@ -16,6 +16,7 @@ sections 3.1.1 and 3.1.2), the one-byte empty brotli stream (RFC 7932 section 9.
 """
 
 import base64
+import bz2
 import json
 import os
 import random
@@ -118,6 +119,12 @@ def gzip_member(data, extra=None, name=None, comment=None):
     out += z.compress(data) + z.flush()
     out += struct.pack("<II", zlib.crc32(data) & 0xFFFFFFFF, len(data) & 0xFFFFFFFF)
     return bytes(out)
+
+
+def zlib_window(data, bits):
+    """A zlib stream (RFC 1950) with a `bits`-bit window (CMF 0x18 for 9)."""
+    c = zlib.compressobj(6, zlib.DEFLATED, bits)
+    return c.compress(data) + c.flush()
 
 
 def zstd_raw_frame(data):
@@ -278,6 +285,43 @@ class unscanned_encodings_test(unittest.TestCase):
         got = origin_got("/enc/streamed-clean")
         self.assertEqual(len(got), 1)
         self.assertEqual(got[0]["body"], clean)
+
+    def test_streamed_zlib_and_bzip2_without_content_encoding(self):
+        # A zlib stream (9-bit window) and a bzip2 stream after clean bytes, several windows
+        # long, the token near the end: opened across windows like the gzip member above.
+        # bzip2 with 100k blocks (-1): a block decodes only once all of it is there, and
+        # one whose compressed bytes do not fit a window is refused, 413 decode_budget.
+        bzip2_1 = lambda d: bz2.compress(d, 1)  # noqa: E731
+        for name, pack, unpack in (
+                ("zlib", lambda d: zlib_window(d, 9), lambda b: zlib.decompressobj().decompress(b)),
+                ("bzip2", bzip2_1, lambda b: bz2.BZ2Decompressor().decompress(b))):
+            t = fresh_token()
+            packed = pack(noisy_lines(8 * WINDOW, name.encode()) + t + b"\n" +
+                          log_lines(2000, b"end"))
+            self.assertNotIn(t, packed)
+            self.assertGreater(len(packed), 2 * WINDOW, name)
+            before = log_lines(3 * WINDOW + 5, b"before")
+            body = before + packed + log_lines(1000, b"after")
+            path = "/enc/streamed-" + name
+            code, answer = upload("streaming", path, body)
+            self.assertEqual(code, "403", name + " " + answer[:300].decode(errors="replace"))
+            doc = json.loads(answer)
+            self.assertEqual(doc["reason"], "dlp_finding")
+            self.assertIn("github-pat-classic", doc["rules"])
+            for got in origin_got(path):
+                self.assertLess(len(got["body"]), len(before) + len(packed), name)
+                try:
+                    decoded = unpack(got["body"][len(before):])
+                except (zlib.error, OSError, ValueError):
+                    decoded = b""
+                self.assertNotIn(t, decoded, name)
+            # The same shape without the token streams through whole.
+            clean = before + pack(noisy_lines(8 * WINDOW, b"c")) + log_lines(1000, b"after")
+            code, answer = upload("streaming", path + "-clean", clean)
+            self.assertEqual(code, "200", name + " " + answer[:300].decode(errors="replace"))
+            got = origin_got(path + "-clean")
+            self.assertEqual(len(got), 1, name)
+            self.assertEqual(got[0]["body"], clean, name)
 
     def test_zz_audit_holds_no_token(self):
         # Runs last (unittest orders by name): every token sent above.
