@@ -216,7 +216,10 @@ body_stream::result body_stream::feed(std::string_view data, bool last) {
         std::string buf = raw_tail_;
         buf += data;
         const std::uint64_t buf_at = at - raw_tail_.size();
-        if (!scan(buf, buf_at, {}, r))
+        // Scanned again: the last `overlap` bytes of the tail (the rest only waits for the
+        // stream search), so a piece and its context stay within the window.
+        const std::size_t skip = raw_tail_.size() - std::min(overlap_, raw_tail_.size());
+        if (!scan(std::string_view(buf).substr(skip), buf_at + skip, {}, r))
             return r;
         // The tail is also where an embedded stream's start cut by this piece is found.
         const std::size_t keep = std::min(std::max(overlap_, decode::embedded_probe), buf.size());
