@@ -13,6 +13,7 @@ namespace sluice::dlp {
 namespace {
 
 constexpr std::size_t slice = 16 * 1024; // raw bytes per decoder step (release granularity)
+constexpr unsigned max_nesting = 3;      // streams inside decoded streams, below the body
 
 std::string coding_name(std::string_view c) {
     std::string out;
@@ -42,9 +43,11 @@ struct body_stream::decoded_state {
     std::uint64_t raw_start = 0; ///< raw offset where the stream starts
     std::uint64_t raw_next = 0;  ///< raw offset of the next byte to feed
     std::uint64_t total = 0;     ///< decoded bytes produced (and scanned)
-    std::string tail;            ///< last `overlap` decoded bytes, scanned
-    std::uint64_t tail_base = 0; ///< decoded offset of tail[0]
-    std::uint64_t safe_raw = 0;  ///< raw bytes whose decoded bytes have full context
+    /// The decoded bytes as a body of their own: scanned with a carried tail, and a
+    /// stream inside them (gzip of a zlib stream) decoded across windows in turn.
+    std::unique_ptr<body_stream> inner;
+    std::uint64_t inner_released = 0; ///< decoded bytes `inner` has scanned with context
+    std::uint64_t safe_raw = 0;       ///< raw bytes whose decoded bytes have full context
     std::deque<std::pair<std::uint64_t, std::uint64_t>> marks; ///< (raw end, total then)
 };
 
@@ -56,11 +59,18 @@ bool body_stream::can_stream(std::string_view ce) noexcept {
 
 body_stream::body_stream(const policy& p, detectors::scanner& s, variant_options o,
                          std::string_view content_encoding, std::size_t window, std::size_t overlap)
+    : body_stream(p, s, std::move(o), content_encoding, window, overlap, nullptr) {}
+
+body_stream::body_stream(const policy& p, detectors::scanner& s, variant_options o,
+                         std::string_view content_encoding, std::size_t window, std::size_t overlap,
+                         const body_stream* outer)
     : policy_(p)
     , scanner_(s)
     , opts_(std::move(o))
     , window_(std::max<std::size_t>(window, 2))
-    , overlap_(std::min(overlap, window_ / 2)) {
+    , overlap_(std::min(overlap, window_ / 2))
+    , root_(outer ? outer->root_ : this)
+    , depth_(outer ? outer->depth_ + 1 : 0) {
     declared_ = coding_name(content_encoding);
     if (declared_ == "identity")
         declared_.clear();
@@ -92,24 +102,37 @@ bool body_stream::scan(std::string_view bytes, std::uint64_t base, std::string_v
     return false;
 }
 
-// Decoded bytes in windows with the decoded tail carried in front, like the raw bytes.
+// Decoded bytes go to the inner body_stream a window at a time; its findings are named
+// with the coding in front (offsets are decoded offsets); its deny is this body's deny.
 bool body_stream::scan_decoded(std::string_view fresh, bool last, result& r) {
     auto& d = *dec_;
-    if (fresh.empty() && !last)
-        return true;
-    std::string buf = d.tail;
-    buf += fresh;
-    const std::uint64_t base = d.tail_base;
-    for (std::size_t pos = 0;; pos += window_ - overlap_) {
-        const std::string_view piece = std::string_view(buf).substr(pos, window_);
-        if (!scan(piece, base + pos, d.coding, r))
+    if (fresh.empty() && (!last || d.total == 0))
+        return true; // nothing new (a false start that decoded nothing costs no scan)
+    // Pieces the inner stream scans with its `overlap` bytes of context within a window.
+    const std::size_t step = window_ - overlap_;
+    for (std::size_t pos = 0; pos < fresh.size() || (last && pos == 0); pos += step) {
+        const bool end = last && pos + step >= fresh.size();
+        auto ir = d.inner->feed(fresh.substr(pos, step), end);
+        for (auto& f : ir.v.findings) {
+            f.variant = d.coding + (f.variant == "raw" ? "" : ">" + f.variant);
+            const bool seen = std::any_of(seen_.begin(), seen_.end(), [&](const auto& g) {
+                return g.rule == f.rule && g.offset == f.offset && g.variant == f.variant;
+            });
+            if (!seen) {
+                seen_.push_back(f);
+                r.v.findings.push_back(std::move(f));
+            }
+        }
+        if (ir.v.kind != verdict_kind::forward) {
+            r.v.kind = ir.v.kind;
+            r.v.status = ir.v.status;
+            r.v.reason = std::move(ir.v.reason);
             return false;
-        if (pos + window_ >= buf.size())
+        }
+        d.inner_released = ir.releasable;
+        if (end)
             break;
     }
-    const std::size_t keep = std::min(overlap_, buf.size());
-    d.tail.assign(buf, buf.size() - keep, keep);
-    d.tail_base = base + buf.size() - keep;
     return true;
 }
 
@@ -128,6 +151,8 @@ bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool l
                     return false;
                 }
             } else {
+                if (depth_ >= max_nesting)
+                    return true; // scanned (the inspector opens what fits a window), not sniffed
                 const std::uint64_t from = std::max(sniff_from_, raw_at);
                 if (from >= raw_end)
                     return true;
@@ -155,6 +180,8 @@ bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool l
                                                                    : "zlib");
                 dec_->raw_start = dec_->raw_next = dec_->safe_raw = start;
             }
+            dec_->inner.reset(
+                new body_stream(policy_, scanner_, opts_, {}, window_, overlap_, this));
             if (dec_->declared)
                 sniff_from_ = 1; // the declared stream starts only once
         }
@@ -165,7 +192,7 @@ bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool l
             const std::string_view part =
                 raw.substr(off, std::min<std::size_t>(slice, raw.size() - off));
             const auto& b = opts_.budget;
-            const std::uint64_t cap = b.decoded_floor + b.decoded_ratio * fed_;
+            const std::uint64_t cap = b.decoded_floor + b.decoded_ratio * root_->fed_;
             const std::size_t room = cap > d.total ? static_cast<std::size_t>(cap - d.total) : 0;
             std::string out;
             const auto rc = d.dec.feed(part, room, out);
@@ -174,7 +201,7 @@ bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool l
             if (!scan_decoded(out, false, r))
                 return false;
             d.marks.emplace_back(d.raw_next, d.total);
-            while (!d.marks.empty() && d.marks.front().second + overlap_ <= d.total) {
+            while (!d.marks.empty() && d.marks.front().second <= d.inner_released) {
                 d.safe_raw = d.marks.front().first;
                 d.marks.pop_front();
             }
@@ -197,12 +224,16 @@ bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool l
             }
         }
         if (!dropped) {
+            if (last && !scan_decoded({}, true, r))
+                return false;
             if (last && d.declared && d.dec.finish() != decode::inflate_status::ok) {
                 r.v = deny(400, "bad_encoding");
                 return false;
             }
             return true;
         }
+        if (!scan_decoded({}, true, r)) // the end of the decoded bytes: the inner stream's last
+            return false;
         dec_.reset();
     }
 }

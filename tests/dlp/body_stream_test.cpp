@@ -15,6 +15,7 @@
 
 #include <optional>
 #include <random>
+#include <tuple>
 
 using namespace sluice;
 using namespace sluice::dlp;
@@ -248,6 +249,30 @@ TEST_F(body_stream_test, zlib_header_look_alikes_stream_through) {
     auto o = run_from("", noise + z, 4000, 4000, 16 * 1024, 8 * 1024);
     EXPECT_EQ(o.v.status, 403);
     EXPECT_NE(o.variants.find("zlib"), std::string::npos) << o.variants;
+}
+
+// A stream inside a decoded stream (a zlib stream gzipped again, gzip in gzip, a zlib
+// stream inside a body declared gzip), the inner one many windows long: the decoded
+// bytes are a body of their own, searched and decoded across windows in turn.
+TEST_F(body_stream_test, a_stream_inside_a_decoded_stream_is_decoded_too) {
+    const std::string plain = words(400 * 1024) + tok_ + "\n";
+    const std::string z = tc::zlib_window(plain, 15);
+    const std::string before = text(1000);
+    for (const auto& [ce, outer, name] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"", tc::gzip(z), "gzip>zlib"},
+             {"", tc::zlib_window(z, 9), "zlib>zlib"},
+             {"", tc::gzip(tc::gzip(plain)), "gzip>gzip"},
+             {"", tc::bzip2(z), "bzip2>zlib"},
+             {"gzip", tc::gzip(before + z + text(1000)), "gzip>zlib"}}) {
+        const std::string body = ce.empty() ? before + outer + text(1000) : outer;
+        for (const std::size_t step : {4096u, 64u * 1024}) {
+            auto o = run_from(ce, body, step, step, 64 * 1024, 8 * 1024);
+            EXPECT_EQ(o.v.status, 403) << name << " " << ce << " step " << step;
+            EXPECT_NE(o.variants.find(name), std::string::npos) << name << ": " << o.variants;
+            EXPECT_LE(o.released_before, body.size() - 1000) << name;
+        }
+    }
 }
 
 // A small max_body (the proxy's window and overlap for 512 bytes: 512 and 128), fed as

@@ -11,8 +11,11 @@
 // or after other bytes), found as decode::embedded_offsets() finds them for a whole body;
 // a start cut by the end of a piece is decided when the next piece is there. A false
 // start fails within bytes and the search goes on after its first byte. The decoded bytes
-// get the same window/tail discipline. A raw byte is released only when the decoded
-// bytes it produced have `overlap` bytes of decoded context scanned after them.
+// are a body of their own, given to an inner body_stream with the same window/tail
+// discipline, so a stream inside a decoded stream (gzip of a zlib stream) is decoded
+// across windows too, three levels down. A raw byte is released only when the decoded
+// bytes it produced have `overlap` bytes of decoded context scanned after them (and, for
+// a stream inside them, the same holds one level in).
 //
 // Thread safety: one body_stream per body, on the thread that owns the scanner. Never
 // throws: an exception inside (allocation) becomes a deny 500 `internal` verdict.
@@ -72,6 +75,10 @@ public:
 
 private:
     struct decoded_state;
+    /// The decoded bytes of `outer`'s stream as a body (no declared coding), one level in.
+    body_stream(const policy& p, detectors::scanner& s, variant_options o,
+                std::string_view content_encoding, std::size_t window, std::size_t overlap,
+                const body_stream* outer);
     bool scan(std::string_view bytes, std::uint64_t base, std::string_view coding, result& r);
     bool run_decoder(std::string_view raw, std::uint64_t raw_at, bool last, result& r);
     bool scan_decoded(std::string_view fresh, bool last, result& r);
@@ -82,9 +89,11 @@ private:
     variant_options opts_;
     std::size_t window_;
     std::size_t overlap_;
-    std::string declared_; ///< the declared coding ("" for identity)
-    std::string raw_tail_; ///< last max(`overlap`, decode::embedded_probe) raw bytes, scanned,
-                           ///< in front of the next piece
+    const body_stream* root_; ///< the body as received (its size sets the decode budget)
+    unsigned depth_;          ///< streams this body is inside (0 for the body as received)
+    std::string declared_;    ///< the declared coding ("" for identity)
+    std::string raw_tail_;    ///< last max(`overlap`, decode::embedded_probe) raw bytes, scanned,
+                              ///< in front of the next piece
     std::uint64_t fed_ = 0;
     std::uint64_t released_ = 0;
     std::uint64_t sniff_from_ = 0; ///< raw offset where the magic search goes on
