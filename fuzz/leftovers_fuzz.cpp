@@ -9,6 +9,7 @@
 // first_embedded the first of them below a cut.
 #include "sluice/dlp/decode.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -67,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         prev = at;
         first = false;
     }
-    for (const std::string_view text : {in, in.substr(1)}) {
+    for (const std::string_view text : {in, in.substr(std::min<std::size_t>(1, in.size()))}) {
         const auto all = decode::embedded_offsets(text);
         const auto gz = decode::magic_offsets(text, std::size_t(-1));
         std::size_t g = 0;
