@@ -5,8 +5,8 @@ one let a checksum-valid GitHub token leave through sluice or stay in its audit 
 - A CONNECT or absolute-form request refused by policy (403 `policy_deny`) to a host whose
   labels spell the token in base32 or hex: no audit record may hold the encoded token.
 - Bodies that carry the token in base32, ascii85, UTF-16/UTF-32, bare quoted-printable,
-  byte lists, one separator between characters, uuencode, ROT13 or reversed: 403
-  `dlp_finding`, nothing at the origin; `sluice scan` finds the base32 form in a file.
+  byte lists, binary digits, one separator between characters, uuencode, ROT13 or
+  reversed: 403 `dlp_finding`, nothing at the origin; `sluice scan` finds the base32 form in a file.
 - Compressed bodies sent without Content-Encoding: bzip2 (one stream, concatenated
   streams) and raw DEFLATE: 403 `dlp_finding`; random binary is forwarded.
 - The token with its prefix in capitals (`GHP_...`) or without it (the 36 characters
@@ -213,6 +213,8 @@ def encodings(t):
         "bytes-escaped": b" ".join(b"\\x%02x" % c for c in tb),
         "spaced": b"key: " + b" ".join(bytes([c]) for c in tb),
         "dashed": b"key: " + b"-".join(bytes([c]) for c in tb),
+        "bits-spaced": " ".join(format(c, "08b") for c in tb).encode(),
+        "bits-run": b"data=" + "".join(format(c, "08b") for c in tb).encode(),
         "uuencode": b"begin 644 key.txt\n" + binascii.b2a_uu(tb) + b"`\nend\n",
         "rot13": b"token: " + codecs.encode(t, "rot13").encode(),
         "reversed": ("my token is %s thanks" % t)[::-1].encode(),

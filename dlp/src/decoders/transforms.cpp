@@ -165,6 +165,48 @@ void list_views(std::string_view d, std::size_t from, std::size_t to, std::size_
     }
 }
 
+// Binary digits: a sample every 64 bytes whose 16 bytes are all bits or list separators,
+// 12 or more of them bits, grows into a region (a 40-character token is 320 bits, and any
+// run of 80 bytes or more holds a sample). '0' and '1' differ in the low bit only.
+bool bit_byte(unsigned char c) noexcept {
+    return (c & 0xfe) == '0';
+}
+
+void bit_views(std::string_view d, std::size_t from, std::size_t to, std::size_t& next,
+               std::size_t limit, std::size_t& used, std::vector<text_view>& out,
+               std::size_t first) {
+    const auto* p = reinterpret_cast<const unsigned char*>(d.data());
+    const std::size_t n = d.size();
+    for (std::size_t s = (from + 63) / 64 * 64; s < to && s + 16 <= n; s += 64) {
+        if (s < next || !(bit_byte(p[s]) | bit_byte(p[s + 1])) ||
+            !(bit_byte(p[s + 7]) | bit_byte(p[s + 8])) ||
+            !(bit_byte(p[s + 14]) | bit_byte(p[s + 15])))
+            continue;
+        std::size_t bits = 0;
+        bool fits = true;
+        for (std::size_t k = s; k < s + 16 && fits; ++k) {
+            fits = bit_byte(p[k]) || list_sep(p[k]);
+            bits += bit_byte(p[k]) ? 1 : 0;
+        }
+        if (!fits || bits < 12)
+            continue;
+        std::size_t b = s, e = s + 16;
+        while (b > 0 && (bit_byte(p[b - 1]) || list_sep(p[b - 1])))
+            --b;
+        while (e < n && (bit_byte(p[e]) || list_sep(p[e])))
+            ++e;
+        next = e;
+        text_view v;
+        if (!bit_string(d.substr(b, e - b), v.bytes) ||
+            !room(used, limit, v.bytes.size(), out, first))
+            continue;
+        v.step = "bits";
+        v.begin = b;
+        v.end = e;
+        out.push_back(std::move(v));
+    }
+}
+
 // One separator between every character: a sample every 32 bytes where four bytes two
 // apart are one non-alphanumeric byte grows both ways two bytes at a time.
 void spaced_views(std::string_view d, std::size_t from, std::size_t to, std::size_t& next,
@@ -411,6 +453,38 @@ bool byte_list(std::string_view in, std::string& out) {
     return true;
 }
 
+bool bit_string(std::string_view in, std::string& out) {
+    out.clear();
+    std::size_t i = 0;
+    const std::size_t n = in.size();
+    while (i < n && list_sep(static_cast<unsigned char>(in[i])))
+        ++i;
+    while (i < n) {
+        std::size_t e = i;
+        while (e < n && bit_byte(static_cast<unsigned char>(in[e])))
+            ++e;
+        if (e == i)
+            return fail(out); // neither a bit nor a separator
+        const std::size_t len = e - i;
+        // A group of 7 or 8 is one byte; one longer run is whole octets.
+        const std::size_t width = len == 7 ? 7 : 8;
+        if (len % width != 0)
+            return fail(out);
+        for (std::size_t k = i; k < e; k += width) {
+            unsigned value = 0;
+            for (std::size_t b = k; b < k + width; ++b)
+                value = value * 2 + static_cast<unsigned>(in[b] - '0');
+            out.push_back(static_cast<char>(value));
+        }
+        i = e;
+        while (i < n && list_sep(static_cast<unsigned char>(in[i])))
+            ++i;
+    }
+    if (out.size() < min_chars)
+        return fail(out);
+    return true;
+}
+
 bool unspace(std::string_view in, std::string& out) {
     out.clear();
     if (in.size() < 2 * min_chars - 1)
@@ -496,11 +570,12 @@ void more_views(std::string_view data, std::size_t limit, std::vector<text_view>
     // The other finders take the buffer 16 KiB at a time, so that their passes read it
     // from cache, not memory (a region they grow may reach past the block).
     constexpr std::size_t block = 16 << 10;
-    std::size_t qp_next = 0, list_next = 0, spaced_next = 0;
+    std::size_t qp_next = 0, list_next = 0, bit_next = 0, spaced_next = 0;
     for (std::size_t from = 0; from < data.size(); from += block) {
         const std::size_t to = std::min(data.size(), from + block);
         trigger_views(data, from, to, qp_next, limit, used, out, first);
         list_views(data, from, to, list_next, limit, used, out, first);
+        bit_views(data, from, to, bit_next, limit, used, out, first);
         spaced_views(data, from, to, spaced_next, limit, used, out, first);
     }
 }

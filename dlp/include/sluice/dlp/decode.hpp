@@ -185,6 +185,12 @@ bool wide_text(std::string_view in, const char* encoding, std::string& out);
 /// 8 values.
 bool byte_list(std::string_view in, std::string& out);
 
+/// Bytes written as binary digits, most significant bit first: groups of 8 (or 7, for
+/// 7-bit ASCII) '0'/'1' separated by whitespace, ',' or ';' ("01100111 01101000"), or one
+/// unbroken run cut into octets ("0110011101101000"). False when a group has another
+/// length, a run is not a whole number of octets, or there are fewer than 8 bytes.
+bool bit_string(std::string_view in, std::string& out);
+
 /// Text with one separator byte between every two characters ("g h p _ K y"): the
 /// characters, when every second byte (from `in[1]`) is the same byte, which is not a
 /// letter or digit, and the characters are not all that byte. False otherwise, or when
@@ -203,7 +209,7 @@ void rot13(std::string_view in, std::string& out);
 /// A whole-buffer view found by more_views().
 struct text_view {
     std::string_view step; ///< "utf16le", "utf16be", "utf32le", "utf32be", "qp",
-                           ///< "bytes", "spaced", "uu", "ascii85"
+                           ///< "bytes", "bits", "spaced", "uu", "ascii85"
     std::size_t begin = 0; ///< the encoded range of the input it came from
     std::size_t end = 0;
     std::string bytes; ///< decoded
@@ -215,8 +221,9 @@ struct text_view {
 /// - quoted-printable (RFC 2045 section 6.7) outside a MIME part: the whitespace-delimited
 ///   token around a soft line break ("=" CRLF or LF; continued across further ones) or two
 ///   adjacent "=HH" octets;
-/// - byte lists and single-separator text: sampled every 64 and 32 bytes, regions grown
-///   from a sample that fits and decoded with byte_list() / unspace();
+/// - byte lists, binary digits and single-separator text: sampled every 64, 64 and 32
+///   bytes, regions grown from a sample that fits and decoded with byte_list() /
+///   bit_string() / unspace();
 /// - uuencode after a "begin NNN " line; ascii85 between "<~" and "~>".
 /// The triggers ('=' before a hex digit or line break, "\nb", "<~") are found 16 bytes at a
 /// time (SSE2), the buffer is taken in 16 KiB blocks so each finder reads it from cache.
