@@ -106,6 +106,7 @@ net::awaitable<std::string_view> first_flight(ClientStream& client, Upstream& up
     beast::get_lowest_layer(up).expires_after(upstream_io_timeout);
     auto [wec, wn] = co_await net::async_write(up, cbuf.data(), as_tuple);
     cbuf.consume(cbuf.size());
+    cbuf.shrink_to_fit(); // the pumps have buffers of their own for the tunnel's life
     co_return wec ? std::string_view("relay_interrupted") : std::string_view();
 }
 
