@@ -78,8 +78,16 @@ client_hello_probe::state client_hello_probe::feed(std::string_view bytes) {
     if (state_ != state::need_more || bytes.empty())
         return state_;
     // RFC 8446 section 5.1: a TLS connection opens with a handshake record (type 22).
-    if (fed_ == 0 && static_cast<unsigned char>(bytes.front()) != 22)
-        return state_ = state::not_tls;
+    // Another record type first (change_cipher_spec 20, alert 21, application_data 23,
+    // heartbeat 24) is TLS that does not start with a ClientHello: not passed as "not TLS"
+    // in case a lenient server reads on to a hello behind it.
+    if (fed_ == 0) {
+        const auto type = static_cast<unsigned char>(bytes.front());
+        if (type >= 20 && type <= 24 && type != 22)
+            return state_ = state::malformed;
+        if (type != 22)
+            return state_ = state::not_tls;
+    }
     fed_ += bytes.size();
     auto& i = *impl_;
     ERR_clear_error();

@@ -20,8 +20,9 @@ public:
         need_more, ///< a TLS handshake record has begun; feed the bytes that follow
         named,     ///< a ClientHello with a host_name: name()
         unnamed,   ///< a ClientHello without a server_name extension
-        not_tls,   ///< the first byte is not a TLS handshake record (RFC 8446 section 5.1)
-        malformed, ///< TLS, but OpenSSL could not read a ClientHello from it
+        not_tls,   ///< the first byte is no TLS record type (RFC 8446 section 5.1)
+        malformed, ///< TLS, but OpenSSL could not read a ClientHello from it, or the
+                   ///< first record is not a handshake record
     };
 
     /// Bytes fed before a ClientHello must end in at most this many (a real one is a

@@ -9,6 +9,7 @@
 #include <boost/url/parse.hpp>
 
 #include <algorithm>
+#include <iterator>
 
 namespace sluice::proxy {
 
@@ -46,7 +47,7 @@ net::awaitable<resolve_result> resolve_destination(destination& d, const dlp::po
     co_return resolve_result::ok;
 }
 
-net::awaitable<bool> reaches_same_server(const destination& d, std::vector<std::string> names) {
+net::awaitable<bool> reaches_same_server(destination& d, std::vector<std::string> names) {
     const auto plain = [](const net::ip::address& a) -> net::ip::address {
         if (a.is_v6() && a.to_v6().is_v4_mapped())
             return net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6());
@@ -58,7 +59,8 @@ net::awaitable<bool> reaches_same_server(const destination& d, std::vector<std::
         });
     };
     std::size_t looked_up = 0;
-    for (const auto& name : names) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        const std::string& name = names[i];
         if (name == "*")
             co_return true;
         if (name.starts_with("*."))
@@ -67,22 +69,49 @@ net::awaitable<bool> reaches_same_server(const destination& d, std::vector<std::
         if (literal.size() > 2 && literal.front() == '[' && literal.back() == ']')
             literal = literal.substr(1, literal.size() - 2);
         boost::system::error_code aec;
+        bool hit = false;
         if (auto addr = net::ip::make_address(literal, aec); !aec) {
-            if (ours(addr))
-                co_return true;
-            continue;
-        }
-        if (++looked_up > max_same_server_names)
+            hit = ours(addr);
+        } else if (++looked_up > max_same_server_names) {
+            std::copy_if(names.begin() + static_cast<std::ptrdiff_t>(i), names.end(),
+                         std::back_inserter(d.same_server),
+                         [](const std::string& n) { return !n.starts_with("*."); });
             co_return true;
-        tcp::resolver resolver(co_await net::this_coro::executor);
-        auto [ec, results] = co_await resolver.async_resolve(name, "", as_tuple);
-        if (ec)
-            continue; // a name that does not resolve names no server to compare
-        for (const auto& r : results)
-            if (ours(r.endpoint().address()))
-                co_return true;
+        } else {
+            tcp::resolver resolver(co_await net::this_coro::executor);
+            auto [ec, results] = co_await resolver.async_resolve(name, "", as_tuple);
+            // A name that does not resolve names no server to compare.
+            for (const auto& r : ec ? decltype(results){} : results)
+                hit = hit || ours(r.endpoint().address());
+        }
+        if (hit)
+            d.same_server.push_back(name);
     }
-    co_return false;
+    co_return !d.same_server.empty();
+}
+
+namespace {
+
+// deny (or no rule) 3, supervise 2, an inspecting allow 1, an opaque allow 0.
+int strictness(const dlp::policy_rule* r) noexcept {
+    if (r == nullptr || r->act == dlp::action::deny)
+        return 3;
+    if (r->act == dlp::action::supervise)
+        return 2;
+    return r->inspect ? 1 : 0;
+}
+
+} // namespace
+
+const dlp::policy_rule* rule_for(const dlp::policy& p, const destination& d,
+                                 std::string_view method, std::string_view path) {
+    const dlp::policy_rule* rule = dlp::match_rule(p, d.host, d.port, method, path, false);
+    for (const auto& name : d.same_server) {
+        const dlp::policy_rule* other = dlp::match_rule(p, name, d.port, method, path, false);
+        if (other != nullptr && strictness(other) > strictness(rule))
+            rule = other;
+    }
+    return rule;
 }
 
 dlp::verdict inspect_destination(flow_context& fc, std::string_view host, std::uint16_t port,

@@ -22,6 +22,10 @@ struct destination {
     std::string host; // normalised (dlp::normalize_host)
     std::uint16_t port = 0;
     std::vector<tcp::endpoint> endpoints; // resolved once and checked (no rebinding window)
+    /// Hosts an earlier deny or supervise rule names whose addresses this destination
+    /// reaches (reaches_same_server): each request to it is decided under their rules
+    /// too (rule_for), since its Host field may not name them.
+    std::vector<std::string> same_server;
 };
 
 /// One exchange's target as sent upstream.
@@ -41,12 +45,20 @@ net::awaitable<resolve_result> resolve_destination(destination& d, const dlp::po
 
 /// True when one of `names` is an address `d` was resolved to, or resolves to one: a
 /// tunnel to `d` reaches that name's server too, since the Host field (RFC 9110 section
-/// 7.2), not the CONNECT name, picks the virtual host. "*" (a rule for every host) is
-/// true; other wildcard patterns cannot be resolved and are skipped (the ClientHello's
-/// server name is checked in the tunnel instead). More than `max_names` names is true:
-/// the answer is then "intercept", never a pass on names not looked at.
+/// 7.2), not the CONNECT name, picks the virtual host. Those names go into
+/// `d.same_server`. "*" (a rule for every host) is true; other wildcard patterns cannot
+/// be resolved and are skipped (the ClientHello's server name is checked in an opaque
+/// tunnel instead). Past `max_same_server_names` names to resolve it is true and every
+/// exact name left goes into `d.same_server`: the answer is then "intercept and apply
+/// them", never a pass on names not looked at.
 inline constexpr std::size_t max_same_server_names = 16;
-net::awaitable<bool> reaches_same_server(const destination& d, std::vector<std::string> names);
+net::awaitable<bool> reaches_same_server(destination& d, std::vector<std::string> names);
+
+/// The rule for a request to `d`: dlp::match_rule's for d.host, or, when stricter, the one
+/// matched for a name in d.same_server (deny or no rule, then supervise, then an
+/// inspecting allow, then an opaque one). nullptr: no rule, denied.
+const dlp::policy_rule* rule_for(const dlp::policy& p, const destination& d,
+                                 std::string_view method, std::string_view path);
 
 /// The destination name, inspected before anything resolves it: a secret spelled into a
 /// host name ("<hex of a token>.attacker.example") would leave in the DNS query even if

@@ -41,8 +41,7 @@ step_result route(flow_context& fc, exchange& ex, const http::fields& head) {
     const auto& policy = *fc.policy;
     std::string_view path = ex.tgt->origin_form;
     path = path.substr(0, path.find('?'));
-    ex.rule =
-        dlp::match_rule(policy, ex.tgt->dest->host, ex.tgt->dest->port, ex.method, path, false);
+    ex.rule = rule_for(policy, *ex.tgt->dest, ex.method, path);
     if (ex.rule == nullptr || ex.rule->act == dlp::action::deny)
         return refusal{403, "policy_deny", ex.client_keep_alive && ex.no_payload};
     // There is no TLS to keep opaque on plain http: `inspect: false` applies to tunnels.
@@ -267,8 +266,7 @@ std::optional<ws_live_config> ws_live(flow_context& fc, const exchange_target& t
                                       std::string_view path, bool approved) {
     if (!refresh_generation(fc))
         return std::nullopt;
-    const dlp::policy_rule* rule =
-        dlp::match_rule(*fc.policy, tgt.dest->host, tgt.dest->port, "GET", path, false);
+    const dlp::policy_rule* rule = rule_for(*fc.policy, *tgt.dest, "GET", path);
     if (rule == nullptr || rule->act == dlp::action::deny ||
         (rule->act == dlp::action::supervise && !approved))
         return std::nullopt;

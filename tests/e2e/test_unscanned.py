@@ -13,7 +13,7 @@ host cases that **nothing reached the resolver**:
   * a CONNECT that an opaque (`inspect: false`) rule would take, after a method-constrained
     deny for the same host: intercepted, so the deny applies; the same for a CONNECT to
     another name of that server (127.0.0.1 for localhost), where `Host: localhost` is
-    then 400; an opaque tunnel whose ClientHello names another host than its CONNECT:
+    then 400 and a POST 403 under localhost's rule; an opaque tunnel whose ClientHello names another host than its CONNECT:
     an unrecognized_name alert, a policy_deny record, nothing at the origin;
   * plain http under `inspect: false`: scanned all the same;
   * a kept-alive tunnel across a reload that removes its allow: the next request in it is
@@ -429,10 +429,11 @@ class t3_policy_test(base):
         self.assertEqual(r.status, 200, r)
         self.assertEqual(len(U.origin.requests_for(m2)), 1)
 
-    def test_an_opaque_tunnel_to_another_name_of_a_refused_server_is_intercepted(self):
-        # `sound` denies POST to localhost and opens every other host opaque. 127.0.0.1 is
-        # the same server: opaque, a POST with `Host: localhost` would reach it. The
-        # client trusts both the origin's CA and sluice's, so it would see either answer.
+    def sound_tunnel_by_address(self):
+        """A CONNECT through `sound` to 127.0.0.1, the address of localhost, whose POSTs an
+        earlier rule denies; every other host is opaque there. The client trusts both the
+        origin's CA and sluice's, so it would see either answer. Returns the TLS socket
+        and the issuer of the certificate it got."""
         authority = b"127.0.0.1:%d" % U.origin.port
         sock = socket.create_connection(("127.0.0.1", U.ports["sound"]), timeout=TIMEOUT_S)
         sock.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
@@ -442,19 +443,35 @@ class t3_policy_test(base):
         ctx = ssl.create_default_context(cafile=U.sluice_ca)
         ctx.load_verify_locations(os.path.join(U.tmp, "test-ca.pem"))
         tls = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
-        try:
-            issuer = dict(x[0] for x in tls.getpeercert()["issuer"])
-            m = marker()
-            host = b"localhost:%d" % U.origin.port
-            tls.sendall(raw_head(b"POST", b"/sound/" + m.encode(), host,
-                                 [(b"Content-Length", b"7"), (b"Connection", b"close")]) +
-                        b'{"a":1}')
-            r = read_reply(tls, "POST", "request")
-            self.assert_refused(r, 400, "bad_request")
-            self.assert_nothing_at_origins(m)
-            self.assertIn("sluice", json.dumps(issuer).lower(), "the tunnel was intercepted")
-        finally:
-            tls.close()
+        issuer = dict(x[0] for x in tls.getpeercert()["issuer"])
+        return tls, json.dumps(issuer).lower()
+
+    def test_an_opaque_tunnel_to_another_name_of_a_refused_server_is_intercepted(self):
+        # Opaque, a POST would reach localhost's server by its address, with any Host.
+        # Intercepted, the Host must name 127.0.0.1, and the rules for localhost apply.
+        cases = [(b"POST", b"localhost", 400, "bad_request"),
+                 (b"POST", b"127.0.0.1", 403, "policy_deny"),
+                 (b"GET", b"127.0.0.1", 200, None)]
+        for method, host, status, reason in cases:
+            with self.subTest(method=method, host=host):
+                tls, issuer = self.sound_tunnel_by_address()
+                try:
+                    self.assertIn("sluice", issuer, "the tunnel was intercepted")
+                    m = marker()
+                    body = b'{"a":1}' if method == b"POST" else b""
+                    tls.sendall(raw_head(method, b"/sound/" + m.encode(),
+                                         b"%s:%d" % (host, U.origin.port),
+                                         [(b"Content-Length", b"%d" % len(body)),
+                                          (b"Connection", b"close")]) + body)
+                    r = read_reply(tls, method.decode(), "request")
+                    if reason is None:
+                        self.assertEqual(r.status, status, r)
+                        self.assertEqual(len(U.origin.requests_for(m)), 1)
+                    else:
+                        self.assert_refused(r, status, reason)
+                        self.assert_nothing_at_origins(m)
+                finally:
+                    tls.close()
 
     def test_an_opaque_tunnel_refuses_a_client_hello_naming_another_host(self):
         # `opaque` opens every host opaque: a tunnel still carries bytes only to the host

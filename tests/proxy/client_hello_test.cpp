@@ -73,6 +73,18 @@ TEST(client_hello_probe, bytes_that_do_not_open_with_a_handshake_record_are_not_
     }
 }
 
+TEST(client_hello_probe, another_tls_record_before_the_hello_is_malformed_not_passed) {
+    const std::string hello = client_hello("localhost");
+    for (const std::string& first :
+         {std::string("\x15\x03\x01\x00\x02\x01\x5a", 7),
+          std::string("\x14\x03\x03\x00\x01\x01", 6), std::string("\x17\x03\x03\x00\x00", 5),
+          std::string("\x18\x03\x03\x00\x00", 5)}) {
+        client_hello_probe p;
+        EXPECT_EQ(p.feed(first + hello), st::malformed)
+            << static_cast<int>(static_cast<unsigned char>(first[0]));
+    }
+}
+
 TEST(client_hello_probe, a_broken_or_endless_handshake_is_malformed) {
     {
         client_hello_probe p; // a handshake record whose message is not a ClientHello
