@@ -422,9 +422,21 @@ bool validate(std::string_view name, std::string_view secret) noexcept {
     if (name == "github_strict") {
         // A gate, not a confidence: the shapes it guards (a prefix in capitals, the 36
         // characters without their prefix) are only a token when the CRC32 verifies.
-        if (secret.size() == 36 && secret.find('_') == std::string_view::npos)
-            return github_checksum_ok("_" + std::string(secret));
-        return github_checksum_ok(secret);
+        // "_" + the 36 characters without their prefix, as github_checksum_ok reads them;
+        // a token with every letter's case swapped (XOR 0x20) verifies swapped back.
+        char buf[64];
+        const bool bare = secret.size() == 36 && secret.find('_') == std::string_view::npos;
+        const std::size_t n = secret.size() + (bare ? 1 : 0);
+        if (n > sizeof buf)
+            return false;
+        buf[0] = '_';
+        std::memcpy(buf + (bare ? 1 : 0), secret.data(), secret.size());
+        if (github_checksum_ok(std::string_view(buf, n)))
+            return true;
+        for (std::size_t i = 0; i < n; ++i)
+            if ((buf[i] >= 'a' && buf[i] <= 'z') || (buf[i] >= 'A' && buf[i] <= 'Z'))
+                buf[i] = static_cast<char>(buf[i] ^ 0x20);
+        return github_checksum_ok(std::string_view(buf, n));
     }
     if (name == "pem")
         return pem_body_ok(secret);

@@ -9,9 +9,10 @@ one let a checksum-valid GitHub token leave through sluice or stay in its audit 
   reversed: 403 `dlp_finding`, nothing at the origin; `sluice scan` finds the base32 form in a file.
 - Compressed bodies sent without Content-Encoding: bzip2 (one stream, concatenated
   streams) and raw DEFLATE: 403 `dlp_finding`; random binary is forwarded.
-- The token with its prefix in capitals (`GHP_...`) or without it (the 36 characters
-  after `ghp_`, checksum-valid): 403 `dlp_finding`; a look-alike whose checksum does not
-  verify is forwarded.
+- The token with its prefix in capitals (`GHP_...`), re-cased (all capitals, all small
+  letters, every case swapped) or without its prefix (the 36 characters after `ghp_`,
+  checksum-valid): 403 `dlp_finding`; a look-alike whose checksum does not verify is
+  forwarded.
 - A token cut into parts and scattered over one request (issue 21, joined views): query
   values with junk between them, path segments, two JSON fields of an MCP tool call (in
   any Content-Type), form fields, multipart parts, SSE events: 403 `dlp_finding`, nothing
@@ -332,6 +333,16 @@ class token_shape_test(unittest.TestCase):
         self.refused(b'{"k": "GHP_%s"}' % t[4:].encode(), "github-token-any-case")
         t = fresh_token()
         self.refused(b"token=Ghp_%s" % t[4:].encode(), "github-token-any-case")
+
+    def test_a_token_re_cased_is_refused(self):
+        # All capitals or all small letters lose the case (recovered offline by trying
+        # the letters against the CRC32); every case swapped keeps it (XOR 0x20).
+        t = fresh_token()
+        self.refused(b'{"k": "%s"}' % t.upper().encode(), "github-token-one-case")
+        t = fresh_token()
+        self.refused(b"token=%s" % t.lower().encode(), "github-token-one-case")
+        t = fresh_token()
+        self.refused(b'{"k": "%s"}' % t.swapcase().encode(), "github-token-any-case")
 
     def test_token_without_its_prefix_is_refused(self):
         t = fresh_token()
