@@ -207,6 +207,95 @@ void bit_views(std::string_view d, std::size_t from, std::size_t to, std::size_t
     }
 }
 
+// String literals joined by '+' (JavaScript, Python, Java, C#: "ghp_Ohb" + "VrpoiV..."),
+// a chain of two or more in one quote character: their contents joined as written (the
+// pipeline decodes the view further). A '+' is looked at only with a quote on each side
+// (blanks between); base64's '+' costs two byte tests.
+bool quote(unsigned char c) noexcept {
+    return c == '"' || c == '\'' || c == '`';
+}
+
+// The index of the unescaped quote `q` that opens the literal whose closing quote is at
+// `close`, at most `reach` bytes back; npos when there is none.
+std::size_t literal_open(const unsigned char* p, std::size_t close, unsigned char q) noexcept {
+    constexpr std::size_t reach = 4096;
+    for (std::size_t j = close; j > 0 && close - j < reach;) {
+        --j;
+        if (p[j] != q)
+            continue;
+        std::size_t slashes = 0;
+        while (slashes < j && p[j - 1 - slashes] == '\\')
+            ++slashes;
+        if (slashes % 2 == 0)
+            return j;
+    }
+    return std::string_view::npos;
+}
+
+// The closing quote of the literal opened at `open`, before `n`; npos when there is none.
+std::size_t literal_close(const unsigned char* p, std::size_t open, std::size_t n) noexcept {
+    for (std::size_t j = open + 1; j < n && j - open <= 4096; ++j) {
+        if (p[j] == '\\')
+            ++j;
+        else if (p[j] == p[open])
+            return j;
+    }
+    return std::string_view::npos;
+}
+
+void concat_views(std::string_view d, std::size_t from, std::size_t to, std::size_t& next,
+                  std::size_t limit, std::size_t& used, std::vector<text_view>& out,
+                  std::size_t first) {
+    const auto* p = reinterpret_cast<const unsigned char*>(d.data());
+    const std::size_t n = d.size();
+    for (std::size_t i = std::max(from, next); i < to;) {
+        const void* hit = std::memchr(p + i, '+', to - i);
+        if (hit == nullptr)
+            return;
+        const auto k = static_cast<std::size_t>(static_cast<const unsigned char*>(hit) - p);
+        i = k + 1;
+        std::size_t l = k, r = k + 1;
+        while (l > 0 && blank(p[l - 1]))
+            --l;
+        while (r < n && blank(p[r]))
+            ++r;
+        if (l == 0 || r >= n || !quote(p[l - 1]) || p[r] != p[l - 1])
+            continue;
+        const unsigned char q = p[r];
+        std::size_t open = literal_open(p, l - 1, q);
+        if (open == std::string_view::npos)
+            continue;
+        text_view v;
+        v.begin = open;
+        std::size_t parts = 0;
+        for (;;) { // a literal at `open`, then blanks, '+', blanks and another, or the end
+            const std::size_t close = literal_close(p, open, n);
+            if (close == std::string_view::npos)
+                break;
+            v.bytes.append(d.substr(open + 1, close - open - 1));
+            v.end = close + 1;
+            ++parts;
+            std::size_t j = close + 1;
+            while (j < n && blank(p[j]))
+                ++j;
+            if (j >= n || p[j] != '+')
+                break;
+            ++j;
+            while (j < n && blank(p[j]))
+                ++j;
+            if (j >= n || p[j] != q)
+                break;
+            open = j;
+        }
+        next = i = std::max(i, v.end);
+        if (parts < 2 || v.bytes.size() < min_chars ||
+            !room(used, limit, v.bytes.size(), out, first))
+            continue;
+        v.step = "concat";
+        out.push_back(std::move(v));
+    }
+}
+
 // One separator between every character: a sample every 32 bytes where four bytes two
 // apart are one non-alphanumeric byte grows both ways two bytes at a time.
 void spaced_views(std::string_view d, std::size_t from, std::size_t to, std::size_t& next,
@@ -570,13 +659,14 @@ void more_views(std::string_view data, std::size_t limit, std::vector<text_view>
     // The other finders take the buffer 16 KiB at a time, so that their passes read it
     // from cache, not memory (a region they grow may reach past the block).
     constexpr std::size_t block = 16 << 10;
-    std::size_t qp_next = 0, list_next = 0, bit_next = 0, spaced_next = 0;
+    std::size_t qp_next = 0, list_next = 0, bit_next = 0, spaced_next = 0, concat_next = 0;
     for (std::size_t from = 0; from < data.size(); from += block) {
         const std::size_t to = std::min(data.size(), from + block);
         trigger_views(data, from, to, qp_next, limit, used, out, first);
         list_views(data, from, to, list_next, limit, used, out, first);
         bit_views(data, from, to, bit_next, limit, used, out, first);
         spaced_views(data, from, to, spaced_next, limit, used, out, first);
+        concat_views(data, from, to, concat_next, limit, used, out, first);
     }
 }
 

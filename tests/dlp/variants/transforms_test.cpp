@@ -73,6 +73,8 @@ const std::vector<planted>& red_team_inputs() {
                    "g j N u t"},
         {"spaced", "my key: g-h-p-_-O-h-b-V-r-p-o-i-V-g-R-V-5-I-f-L-B-c-b-f-n-o-G-M-b-J-m-T-P-"
                    "S-2-g-j-N-u-t\n"},
+        {"concat", "const token = \"ghp_OhbVrpoiVgRV\" + \"5IfLBcbfnoGMbJmTPS2gjNut\";"},
+        {"concat", "t = ('ghp_OhbVrpoi' +\n     'VgRV5IfLBcbf' + 'noGMbJmTPS2gjNut')\n"},
         {"uu", "begin 644 t.txt\nH9VAP7T]H8E9R<&]I5F=25C5)9DQ\"8V)F;F]'36)*;5104S)G:DYU=   "
                "\n`\nend\n"},
         {"rot13", "token: tuc_BuoIecbvItEI5VsYOposabTZoWzGCF2twAhg"},
