@@ -5,8 +5,8 @@ one let a checksum-valid GitHub token leave through sluice or stay in its audit 
 - A CONNECT or absolute-form request refused by policy (403 `policy_deny`) to a host whose
   labels spell the token in base32 or hex: no audit record may hold the encoded token.
 - Bodies that carry the token in base32, ascii85, UTF-16/UTF-32, bare quoted-printable,
-  byte lists, binary digits, one separator between characters, string literals joined
-  by '+', uuencode, ROT13 or reversed: 403 `dlp_finding`, nothing at the origin; `sluice scan` finds the base32 form in a file.
+  byte lists, binary digits, one separator between characters or between groups of 2-8,
+  string literals joined by '+', uuencode, ROT13 or reversed: 403 `dlp_finding`, nothing at the origin; `sluice scan` finds the base32 form in a file.
 - Compressed bodies sent without Content-Encoding: bzip2 (one stream, concatenated
   streams) and raw DEFLATE: 403 `dlp_finding`; random binary is forwarded.
 - The token with its prefix in capitals (`GHP_...`), re-cased (all capitals, all small
@@ -216,6 +216,7 @@ def encodings(t):
         "dashed": b"key: " + b"-".join(bytes([c]) for c in tb),
         "bits-spaced": " ".join(format(c, "08b") for c in tb).encode(),
         "bits-run": b"data=" + "".join(format(c, "08b") for c in tb).encode(),
+        "groups-of-4": b"key: " + b"-".join(tb[i:i + 4] for i in range(0, len(tb), 4)),
         "js-concat": b'const t = "' + tb[:14] + b'" + "' + tb[14:28] + b'" +\n  "' +
                      tb[28:] + b'";',
         "uuencode": b"begin 644 key.txt\n" + binascii.b2a_uu(tb) + b"`\nend\n",

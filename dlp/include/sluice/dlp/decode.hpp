@@ -209,7 +209,8 @@ void rot13(std::string_view in, std::string& out);
 /// A whole-buffer view found by more_views().
 struct text_view {
     std::string_view step; ///< "utf16le", "utf16be", "utf32le", "utf32be", "qp",
-                           ///< "bytes", "bits", "spaced", "uu", "ascii85", "concat"
+                           ///< "bytes", "bits", "spaced", "uu", "ascii85", "concat",
+                           ///< "grouped"
     std::size_t begin = 0; ///< the encoded range of the input it came from
     std::size_t end = 0;
     std::string bytes; ///< decoded
@@ -225,7 +226,9 @@ struct text_view {
 ///   bytes, regions grown from a sample that fits and decoded with byte_list() /
 ///   bit_string() / unspace();
 /// - uuencode after a "begin NNN " line; ascii85 between "<~" and "~>";
-/// - string literals joined by '+' ("ghp_Ohb" + 'V...' in code), contents as written.
+/// - string literals joined by '+' ("ghp_Ohb" + 'V...' in code), contents as written;
+/// - groups of 2 to 8 characters between one punctuation byte ("ghp_-OhbV-rpoi-..."),
+///   sampled every 32 bytes, joined when they hold letters and digits.
 /// The triggers ('=' before a hex digit or line break, "\nb", "<~") are found 16 bytes at a
 /// time (SSE2), the buffer is taken in 16 KiB blocks so each finder reads it from cache.
 /// Appends at most 64 views holding at most `limit` decoded bytes together (what is over
