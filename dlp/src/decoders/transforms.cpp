@@ -341,11 +341,11 @@ void spaced_views(std::string_view d, std::size_t from, std::size_t to, std::siz
 }
 
 // One punctuation byte between groups of 2 to 8 characters ("ghp_-OhbV-rpoi-VgRV-...",
-// "ghp.Ohb.Vrp.oiV..."): a sample every 32 bytes takes the first punctuation byte in its
-// next 9 as the separator and the distance to its next copy as the period; three
-// separators a period apart grow both ways (the first and last group may be shorter),
-// and the groups joined are the view, when they hold both letters and digits. Blanks and
-// quotes are never separators (prose and code would fill the views).
+// "ghp.Ohb.Vrp.oiV..."): a sample every 16 bytes tries each punctuation byte in its next
+// 9 as the separator, the distance to its next copy as the period; four separators a
+// period apart grow both ways (the first and last group may be shorter), and the groups
+// joined are the view, when they hold both letters and digits. Blanks and quotes are
+// never separators (prose and code would fill the views).
 bool word_byte(unsigned char c) noexcept {
     return alnum(c) || c == '_';
 }
@@ -357,54 +357,65 @@ bool group_at(const unsigned char* p, std::size_t at, std::size_t k) noexcept {
     return true;
 }
 
+// The run of groups whose separator is at d[q], when three separators a period apart
+// start there; false otherwise.
+bool grouped_at(std::string_view d, std::size_t q, std::size_t& next, std::size_t limit,
+                std::size_t& used, std::vector<text_view>& out, std::size_t first) {
+    const auto* p = reinterpret_cast<const unsigned char*>(d.data());
+    const std::size_t n = d.size();
+    const unsigned char sep = p[q];
+    if (blank(sep) || sep == '"' || sep == '\'' || sep >= 0x80)
+        return false;
+    std::size_t k = 2;
+    while (k <= 8 && q + k + 1 < n && p[q + k + 1] != sep)
+        ++k;
+    const std::size_t step = k + 1;
+    if (k > 8 || q + 3 * step >= n || p[q + step] != sep || p[q + 2 * step] != sep ||
+        p[q + 3 * step] != sep || !group_at(p, q + 1, k) || !group_at(p, q + 1 + step, k) ||
+        !group_at(p, q + 1 + 2 * step, k))
+        return false;
+    std::size_t b = q; // first separator of the run
+    while (b >= step && p[b - step] == sep && group_at(p, b - k, k))
+        b -= step;
+    std::size_t e = q + 3 * step; // last separator
+    while (e + step < n && p[e + step] == sep && group_at(p, e + 1, k))
+        e += step;
+    std::size_t cb = b, ce = e + 1;
+    while (cb > 0 && b - cb < k && word_byte(p[cb - 1]))
+        --cb;
+    while (ce < n && ce - e - 1 < k && word_byte(p[ce]))
+        ++ce;
+    next = ce;
+    text_view v;
+    bool letter = false, number = false;
+    for (std::size_t j = cb; j < ce; ++j)
+        if (p[j] != sep) {
+            v.bytes.push_back(static_cast<char>(p[j]));
+            number = number || digit(p[j]);
+            letter = letter || (alnum(p[j]) && !digit(p[j]));
+        }
+    if (letter && number && room(used, limit, v.bytes.size(), out, first)) {
+        v.step = "grouped";
+        v.begin = cb;
+        v.end = ce;
+        out.push_back(std::move(v));
+    }
+    return true;
+}
+
 void grouped_views(std::string_view d, std::size_t from, std::size_t to, std::size_t& next,
                    std::size_t limit, std::size_t& used, std::vector<text_view>& out,
                    std::size_t first) {
     const auto* p = reinterpret_cast<const unsigned char*>(d.data());
     const std::size_t n = d.size();
-    for (std::size_t s = (from + 31) / 32 * 32; s < to && s + 32 <= n; s += 32) {
+    // Every 16 bytes, so that a run of 32 bytes or more (a 24-character secret in groups
+    // of 2) holds a sample with three separators after it.
+    for (std::size_t s = (from + 15) / 16 * 16; s < to && s + 7 < n; s += 16) {
         if (s < next)
             continue;
-        std::size_t q = s;
-        while (q < s + 9 && word_byte(p[q]))
-            ++q;
-        const unsigned char sep = p[q];
-        if (q == s + 9 || blank(sep) || sep == '"' || sep == '\'' || sep >= 0x80)
-            continue;
-        std::size_t k = 2;
-        while (k <= 8 && p[q + k + 1] != sep)
-            ++k;
-        const std::size_t step = k + 1;
-        if (k > 8 || q + 3 * step >= n || p[q + 2 * step] != sep || p[q + 3 * step] != sep ||
-            !group_at(p, q + 1, k) || !group_at(p, q + 1 + step, k) ||
-            !group_at(p, q + 1 + 2 * step, k))
-            continue;
-        std::size_t b = q; // first separator of the run
-        while (b >= step && p[b - step] == sep && group_at(p, b - k, k))
-            b -= step;
-        std::size_t e = q + 3 * step; // last separator
-        while (e + step < n && p[e + step] == sep && group_at(p, e + 1, k))
-            e += step;
-        std::size_t cb = b, ce = e + 1;
-        while (cb > 0 && b - cb < k && word_byte(p[cb - 1]))
-            --cb;
-        while (ce < n && ce - e - 1 < k && word_byte(p[ce]))
-            ++ce;
-        next = ce;
-        text_view v;
-        bool letter = false, number = false;
-        for (std::size_t j = cb; j < ce; ++j)
-            if (p[j] != sep) {
-                v.bytes.push_back(static_cast<char>(p[j]));
-                number = number || digit(p[j]);
-                letter = letter || (alnum(p[j]) && !digit(p[j]));
-            }
-        if (!letter || !number || !room(used, limit, v.bytes.size(), out, first))
-            continue;
-        v.step = "grouped";
-        v.begin = cb;
-        v.end = ce;
-        out.push_back(std::move(v));
+        for (std::size_t q = s; q < s + 9 && q + 7 < n; ++q)
+            if (!word_byte(p[q]) && grouped_at(d, q, next, limit, used, out, first))
+                break;
     }
 }
 

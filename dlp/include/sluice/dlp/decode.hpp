@@ -228,7 +228,7 @@ struct text_view {
 /// - uuencode after a "begin NNN " line; ascii85 between "<~" and "~>";
 /// - string literals joined by '+' ("ghp_Ohb" + 'V...' in code), contents as written;
 /// - groups of 2 to 8 characters between one punctuation byte ("ghp_-OhbV-rpoi-..."),
-///   sampled every 32 bytes, joined when they hold letters and digits.
+///   sampled every 16 bytes, joined when they hold letters and digits.
 /// The triggers ('=' before a hex digit or line break, "\nb", "<~") are found 16 bytes at a
 /// time (SSE2), the buffer is taken in 16 KiB blocks so each finder reads it from cache.
 /// Appends at most 64 views holding at most `limit` decoded bytes together (what is over
