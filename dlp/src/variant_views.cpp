@@ -224,13 +224,20 @@ variant_status variant_scanner::scan_embedded(std::string_view data, const std::
             return variant_status::over_budget;
         std::string_view name;
         decode::leftovers left;
-        const auto rc = decode::sniffed(data.substr(off), decode_room(), inflated, name, &left);
+        bool cut = false;
+        const auto rc =
+            decode::sniffed(data.substr(off), decode_room(), inflated, name, &left, &cut);
         if (rc == decode::inflate_status::over_limit)
             return variant_status::over_budget;
+        if (cut && !leftover && cut_end_ != 0)
+            cuts_.push_back({off, std::string(name)}); // a stream of the body as it is
         if (inflated.empty() && left.empty())
             continue;
         if (!charge(inflated.size()))
             return variant_status::over_budget;
+        // Offsets inside the inflated bytes are not the body's: nothing recorded there.
+        const std::size_t body_end = cut_end_;
+        cut_end_ = 0;
         chain = prefix;
         if (!chain.empty())
             chain += '>';
@@ -244,6 +251,7 @@ variant_status variant_scanner::scan_embedded(std::string_view data, const std::
             st = scan_joined(*v, c);
         if (st != variant_status::ok)
             return st;
+        cut_end_ = body_end;
     }
     return variant_status::ok;
 }
@@ -381,6 +389,8 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
                                           std::vector<variant_finding>& out) {
     stats_.input_bytes += body.size();
     ends_ = {};
+    cuts_.clear();
+    cut_end_ = 0;
     ctx c;
     c.location = "body";
     c.out = &out;
@@ -429,7 +439,10 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
     }
     const std::string prefix = chain;
 
+    cut_end_ = data.size(); // cut streams are recorded in this pass only (cut_stream)
     auto st = process(data, chain, 0, 0, npos, c);
+    cut_end_ = 0;
+    const std::size_t body_end = data.size();
     // The decoded body first: a secret in both views is reported with its decode chain.
     if (st == variant_status::ok && data.data() != body.data()) {
         chain.clear();
@@ -457,9 +470,12 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
         std::string inflated;
         std::string_view name;
         decode::leftovers left;
-        const auto rc = decode::sniffed(data, decode_room(), inflated, name, &left);
+        bool cut = false;
+        const auto rc = decode::sniffed(data, decode_room(), inflated, name, &left, &cut);
         if (rc == decode::inflate_status::over_limit)
             return variant_status::over_budget;
+        if (cut)
+            cuts_.push_back({0, std::string(name)});
         if (rc != decode::inflate_status::unknown && !inflated.empty()) {
             if (!charge(inflated.size()))
                 return variant_status::over_budget;
@@ -479,8 +495,11 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
         // Not in a git push or pack: git.hpp reads every object (and refuses a pack with
         // bytes after it), and opening each object's zlib stream here as well would charge
         // the push twice to the decode budget.
-        if (ct != variant_detail::receive_pack_type && !git::is_pack(data))
+        if (ct != variant_detail::receive_pack_type && !git::is_pack(data)) {
+            cut_end_ = body_end; // the body's own streams, after other bytes
             st = scan_embedded(data, prefix, c, false);
+            cut_end_ = 0;
+        }
         if (st != variant_status::ok)
             return st;
     }

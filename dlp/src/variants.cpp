@@ -101,6 +101,32 @@ variant_scanner::~variant_scanner() {
 void variant_scanner::reset() noexcept {
     ends_ = {};
     stats_ = {};
+    cuts_.clear();
+}
+
+namespace {
+
+// A chain with a step that rewrites bytes it does not understand (a Unicode fold drops
+// invalid UTF-8, a wide-text view converts every unit): a stream that seems to start in
+// such a copy of binary bytes was never sent, and it "decodes" to the end of a copy that
+// ends a few bytes after a header that passes the check.
+bool lossy(std::string_view chain) noexcept {
+    for (std::size_t p = 0; p <= chain.size();) {
+        const std::size_t q = std::min(chain.find('>', p), chain.size());
+        const std::string_view step = chain.substr(p, q - p);
+        if (step == "unicode" || step.starts_with("utf") || step == "reverse" || step == "rot13" ||
+            step == "spaced" || step == "html" || step == "unprefixed")
+            return true;
+        p = q + 1;
+    }
+    return false;
+}
+
+} // namespace
+
+void variant_scanner::note_cut(std::size_t at, std::size_t end) {
+    if (cut_end_ != 0 && end + 16 >= cut_end_)
+        cuts_.push_back({at, {}});
 }
 
 std::size_t variant_scanner::decode_room() const noexcept {
@@ -276,9 +302,13 @@ variant_status variant_scanner::open_compressed(std::string_view data, std::stri
     const auto o = outer_len == npos ? std::size_t{0} : outer_off;
     const auto l = outer_len == npos ? data.size() : outer_len;
     const auto open = [&](std::size_t off) -> variant_status {
-        const auto rc = decode::sniffed(data.substr(off), decode_room(), inflated, name);
+        bool cut = false;
+        const auto rc =
+            decode::sniffed(data.substr(off), decode_room(), inflated, name, nullptr, &cut);
         if (rc == decode::inflate_status::over_limit)
             return variant_status::over_budget;
+        if (cut && outer_len != npos && !lossy(chain))
+            note_cut(o, o + l);
         if (rc == decode::inflate_status::unknown || inflated.empty())
             return variant_status::ok;
         if (!charge(inflated.size()))
@@ -326,13 +356,17 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         const auto [o, l] = where(b, e);
         if (decode::looks_compressed(decoded)) {
             const bool zstd = static_cast<unsigned char>(decoded[0]) == 0x28;
-            const auto rc =
-                decode::content(zstd ? "zstd" : "deflate", decoded, decode_room(), inflated);
-            const auto rg = rc == decode::inflate_status::error && !zstd
-                                ? decode::content("gzip", decoded, decode_room(), inflated)
-                                : rc;
+            bool cut = false;
+            const auto rc = decode::content(zstd ? "zstd" : "deflate", decoded, decode_room(),
+                                            inflated, nullptr, &cut);
+            const auto rg =
+                rc == decode::inflate_status::error && !zstd && !cut
+                    ? decode::content("gzip", decoded, decode_room(), inflated, nullptr, &cut)
+                    : rc;
             if (rg == decode::inflate_status::over_limit)
                 return variant_status::over_budget;
+            if (cut && !lossy(chain))
+                note_cut(o, o + l);
             // A stream that breaks off, or is followed by other bytes (the next line of a
             // multipart body decoded onto its end), is scanned as far as it decodes.
             if (rg == decode::inflate_status::ok ||

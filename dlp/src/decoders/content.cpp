@@ -463,12 +463,16 @@ inflate_status stream_decoder::finish() const noexcept {
 namespace {
 
 inflate_status one_shot(std::string_view coding, std::string_view in, std::size_t limit,
-                        std::string& out, leftovers* left) {
+                        std::string& out, leftovers* left, bool* cut = nullptr) {
     stream_decoder d(coding);
     d.keep_leftovers(left != nullptr);
     auto rc = d.feed(in, limit, out);
-    if (rc == inflate_status::ok)
+    if (rc == inflate_status::ok) {
         rc = d.finish();
+        // Every byte decoded without an error and the stream goes on: cut short.
+        if (cut && rc == inflate_status::error && !in.empty())
+            *cut = true;
+    }
     if (left)
         for (auto& part : d.left())
             left->push_back(std::move(part));
@@ -478,7 +482,8 @@ inflate_status one_shot(std::string_view coding, std::string_view in, std::size_
 // Every bzip2 stream of `in` one after the other (pbzip2 and `cat a.bz2 b.bz2` write
 // several), through libbz2 in `chunk`-sized output steps; bytes after the last stream
 // that do not start another are a leftover, as for the other codings.
-inflate_status bunzip2(std::string_view in, std::size_t limit, std::string& out, leftovers* left) {
+inflate_status bunzip2(std::string_view in, std::size_t limit, std::string& out, leftovers* left,
+                       bool* cut) {
     std::size_t pos = 0;
     std::array<char, chunk> buf;
     while (pos < in.size()) {
@@ -504,8 +509,11 @@ inflate_status bunzip2(std::string_view in, std::size_t limit, std::string& out,
                 return inflate_status::over_limit;
             }
             out.append(buf.data(), n);
-            if (rc == BZ_OK && bz.avail_in == 0 && n == 0)
+            if (rc == BZ_OK && bz.avail_in == 0 && n == 0) {
                 rc = BZ_UNEXPECTED_EOF; // truncated: no end-of-stream marker
+                if (cut)
+                    *cut = true;
+            }
         }
         const std::size_t used = (in.size() - pos) - bz.avail_in;
         BZ2_bzDecompressEnd(&bz);
@@ -685,35 +693,40 @@ std::size_t first_embedded(std::string_view data, std::size_t end) {
 }
 
 inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
-                       std::string_view& name, leftovers* left) {
+                       std::string_view& name, leftovers* left, bool* cut) {
     out.clear();
+    bool mine_cut = false;
+    if (cut)
+        *cut = false;
     const auto* b = reinterpret_cast<const unsigned char*>(in.data());
     if (zstd_magic(b, in.size())) {
         name = "zstd";
-        return content("zstd", in, limit, out, left);
+        return content("zstd", in, limit, out, left, cut);
     }
     if (gzip_magic(b, in.size())) {
         name = "gzip";
-        return one_shot("gzip", in, limit, out, left);
+        return one_shot("gzip", in, limit, out, left, cut);
     }
     if (looks_compressed(in)) {
         // zlib only: raw DEFLATE has no magic, and text can start like a zlib header.
         name = "deflate";
-        return one_shot("zlib", in, limit, out, left);
+        return one_shot("zlib", in, limit, out, left, cut);
     }
     if (bzip2_magic(b, in.size())) {
         name = "bzip2";
-        return bunzip2(in, limit, out, left);
+        return bunzip2(in, limit, out, left, cut);
     }
     if (binary_looking(in)) {
         // The trial: a stream that ends (BFINAL) is raw DEFLATE; one that breaks off counts
         // only when it produced 64 bytes or more (random binary rarely gets that far before
         // an invalid code, and what it produces is scanned, not trusted).
         leftovers mine;
-        const auto rc = one_shot("raw-deflate", in, limit, out, left ? &mine : nullptr);
+        const auto rc = one_shot("raw-deflate", in, limit, out, left ? &mine : nullptr, &mine_cut);
         if (rc == inflate_status::ok || rc == inflate_status::over_limit ||
             (rc == inflate_status::error && out.size() >= 64)) {
             name = "raw-deflate";
+            if (cut)
+                *cut = mine_cut;
             if (left)
                 std::move(mine.begin(), mine.end(), std::back_inserter(*left));
             return rc;
@@ -724,29 +737,31 @@ inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
 }
 
 inflate_status content(std::string_view coding, std::string_view in, std::size_t limit,
-                       std::string& out, leftovers* left) {
+                       std::string& out, leftovers* left, bool* cut) {
     out.clear();
+    if (cut)
+        *cut = false;
     coding = trim(coding);
     if (iequals(coding, "gzip") || iequals(coding, "x-gzip") || iequals(coding, "br"))
-        return one_shot(coding, in, limit, out, left);
+        return one_shot(coding, in, limit, out, left, cut);
     if (iequals(coding, "deflate")) {
         // RFC 9110 says zlib wrapper; some servers and clients send raw DEFLATE.
         if (looks_compressed(in)) {
             leftovers mine;
-            const auto rc = one_shot("zlib", in, limit, out, left ? &mine : nullptr);
-            if (rc != inflate_status::error) {
+            const auto rc = one_shot("zlib", in, limit, out, left ? &mine : nullptr, cut);
+            if (rc != inflate_status::error || (cut && *cut)) {
                 if (left)
                     std::move(mine.begin(), mine.end(), std::back_inserter(*left));
                 return rc;
             }
             out.clear();
         }
-        return one_shot("raw-deflate", in, limit, out, left);
+        return one_shot("raw-deflate", in, limit, out, left, cut);
     }
     if (iequals(coding, "zstd")) {
         if (left)
             zstd_skippable(in, *left);
-        return one_shot(coding, in, limit, out, nullptr);
+        return one_shot(coding, in, limit, out, nullptr, cut);
     }
     if (iequals(coding, "identity")) {
         if (in.size() > limit)

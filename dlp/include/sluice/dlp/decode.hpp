@@ -64,17 +64,21 @@ using leftovers = std::vector<std::string>;
 /// else raw DEFLATE), "br", "zstd", "identity" (copy). `coding` is matched
 /// case-insensitively without surrounding blanks. Output is produced in bounded chunks:
 /// memory and time are O(limit) whatever the compression ratio. When `left` is not null
-/// it receives the leftovers (see `leftovers`); they do not count against `limit`.
+/// it receives the leftovers (see `leftovers`); they do not count against `limit`. When
+/// `cut` is not null it is set to whether the stream was cut short: every byte of `in`
+/// decoded without an error and the stream had not ended (the status is then `error`,
+/// and more bytes would have gone on with it); a corrupt stream is not cut short.
 inflate_status content(std::string_view coding, std::string_view in, std::size_t limit,
-                       std::string& out, leftovers* left = nullptr);
+                       std::string& out, leftovers* left = nullptr, bool* cut = nullptr);
 
 /// A compressed stream recognised by its magic, for bytes that came without a
 /// Content-Encoding: zstd (28 b5 2f fd), gzip (1f 8b 08) or zlib (CMF/FLG check). `name`
 /// is set to "zstd", "gzip" or "deflate"; `unknown` when no magic matches. On `error`
 /// (truncated or corrupt stream) `out` holds what was decoded before the fault, which is
-/// still worth scanning. Bounded by `limit` like content(); `left` as for content().
+/// still worth scanning. Bounded by `limit` like content(); `left` and `cut` as for
+/// content() (`cut` is false when no stream was recognised).
 inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
-                       std::string_view& name, leftovers* left = nullptr);
+                       std::string_view& name, leftovers* left = nullptr, bool* cut = nullptr);
 
 /// Offsets in `data` where a gzip member (1f 8b 08) or a zstd frame (28 b5 2f fd) starts
 /// a stream, in order, at most `max` of them: compressed bytes hidden after other bytes.

@@ -109,6 +109,10 @@ public:
     /// The ends (seam.hpp) of the body on_body scanned last, decoded: what the next
     /// message or request of the same identity and destination is joined with.
     const message_ends& ends() const noexcept { return variants_.ends(); }
+    /// The compressed streams of the body on_body scanned last whose decoding was cut short
+    /// by the end of the body (variants.hpp cut_stream): for a body seen in windows, what
+    /// the next window would have to go on decoding.
+    const std::vector<cut_stream>& cut_streams() const noexcept { return variants_.cut_streams(); }
     /// Scans the seam between `before` (the ends of the previous message or request) and
     /// `after` (this one's: ends(), or ends_of the message) with
     /// variant_scanner::scan_seam, findings under `location`: a secret whose first part

@@ -118,6 +118,24 @@ struct variant_finding {
     std::size_t length = 0;
 };
 
+/// A compressed stream the last scan_body opened whose decoding the end of the body cut
+/// short (decode::content's `cut`: it decoded without an error to the last byte it was
+/// given and had not ended). For a body seen in windows (body_stream.hpp) the rest of it
+/// is in bytes this scan did not have, and what those decode to was not inspected. Two
+/// kinds: a stream in the body as it is (after its Content-Encoding), which runs to the
+/// end of the body; a stream decoded from an encoded run of the body (base64, hex, a chain
+/// of them) that ends within 16 bytes of the end of the body. Not recorded: streams inside
+/// a stream of the first kind (cut short because it is, or inside it when it is complete),
+/// in leftovers, in extracted views (JSON strings, multipart parts: their bytes are in the
+/// body as it is too).
+struct cut_stream {
+    /// Offset in the body of the stream's first byte, or of the encoded run it came from.
+    std::size_t at = 0;
+    /// The stream's name as sniffed ("gzip", "zstd", "bzip2", "deflate" for a zlib stream,
+    /// "raw-deflate") for the first kind; empty for one decoded from a run.
+    std::string outer;
+};
+
 class variant_scanner {
 public:
     /// `s` must outlive this object.
@@ -179,6 +197,9 @@ public:
     /// undone: from its joined view (JSON, form, SSE values) or else its words. Empty
     /// before the first scan_body, after reset(), and when decoders are off.
     const message_ends& ends() const noexcept { return ends_; }
+    /// The compressed streams the last scan_body cut short (cut_stream), in the order it
+    /// opened them; empty before the first scan_body and after reset().
+    const std::vector<cut_stream>& cut_streams() const noexcept { return cuts_; }
     /// Starts a new message: budget counters back to zero.
     void reset() noexcept;
 
@@ -222,6 +243,8 @@ private:
                                  std::size_t depth, std::size_t outer_off, std::size_t outer_len,
                                  ctx& c);
     bool charge(std::size_t decoded_bytes) noexcept;
+    /// Records a stream decoded from the run [at, end) of the body that was cut short.
+    void note_cut(std::size_t at, std::size_t end);
     std::size_t decode_room() const noexcept;
 
     detectors::scanner& scanner_;
@@ -229,6 +252,10 @@ private:
     stats stats_;
     std::vector<detectors::finding> scratch_;
     message_ends ends_;
+    std::vector<cut_stream> cuts_;
+    /// The body's size while scan_body processes the body itself (offsets in cut_stream
+    /// are into it); 0 while it processes anything else (a view, a stream's bytes).
+    std::size_t cut_end_ = 0;
     void* hs_scratch_ = nullptr; ///< Hyperscan scratch for opts_.protect
 };
 
