@@ -82,6 +82,9 @@ bool body_stream::scan(std::string_view bytes, std::uint64_t base, std::string_v
                        result& r) {
     inspector ins(policy_, scanner_, opts_);
     verdict v = ins.on_body(bytes);
+    cuts_ = ins.cut_streams();
+    for (auto& cs : cuts_)
+        cs.at += base;
     for (auto& f : v.findings) {
         f.offset += base;
         if (!coding.empty())
@@ -238,6 +241,25 @@ bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool l
     }
 }
 
+bool body_stream::cut_unfollowed(std::uint64_t scanned_end) const noexcept {
+    for (const auto& cs : cuts_) {
+        if (cs.at + overlap_ >= scanned_end)
+            continue; // scanned again, with more of it, in front of the next piece
+        if (!cs.outer.empty() && depth_ < max_nesting) {
+            // The stream the decoder follows, or one whose bytes lie inside that stream's
+            // compressed bytes (copied whole in a stored block: the decoded bytes, which
+            // the inner body_stream inspects, carry them too).
+            if (dec_ && cs.at >= dec_->raw_start)
+                continue;
+            // Not yet searched for (its start waits for the bytes after it).
+            if (!dec_ && cs.at >= sniff_from_ && cs.outer != "raw-deflate")
+                continue;
+        }
+        return true;
+    }
+    return false;
+}
+
 body_stream::result body_stream::feed(std::string_view data, bool last) {
     result r;
     r.releasable = released_; // a deny releases nothing more
@@ -257,6 +279,12 @@ body_stream::result body_stream::feed(std::string_view data, bool last) {
         raw_tail_.assign(buf, buf.size() - keep, keep);
         if (!run_decoder(buf, buf_at, last, r))
             return r;
+        // Cut short by this piece's end and followed by nothing: the rest would go out
+        // undecoded. At the end of the body a cut stream is what the whole-body rules say.
+        if (!last && cut_unfollowed(buf_at + buf.size())) {
+            r.v = deny(413, "decode_budget");
+            return r;
+        }
         std::uint64_t rel = last ? fed_ : fed_ - std::min<std::uint64_t>(overlap_, fed_);
         if (dec_ && !last)
             rel = std::min(rel, dec_->safe_raw);

@@ -17,6 +17,12 @@
 // bytes it produced have `overlap` bytes of decoded context scanned after them (and, for
 // a stream inside them, the same holds one level in).
 //
+// Any other compressed stream a window's scan opens and finds cut short by the end of the
+// window (inspector::cut_streams(): a stream inside base64 or hex, raw DEFLATE, a stream
+// nested deeper than three levels) would go on in bytes no scan decodes: before the last
+// piece the body is refused, 413 `decode_budget`, unless its start is in the bytes
+// scanned again with the next piece (the carried `overlap`), where the next scan decides.
+//
 // Thread safety: one body_stream per body, on the thread that owns the scanner. Never
 // throws: an exception inside (allocation) becomes a deny 500 `internal` verdict.
 #pragma once
@@ -63,6 +69,8 @@ public:
         /// `decode_budget` (decoded bytes over the budget), 500 `internal`. Findings
         /// (this call's new ones; offsets are body offsets, or offsets in the decoded
         /// stream for a variant that starts with the coding name) are in `verdict.findings`.
+        /// 413 `decode_budget` also for a compressed stream cut short by a window that no
+        /// decoder here follows (see the top of this file).
         verdict v;
         /// Raw body bytes from the start of the body that may be forwarded now (never
         /// decreases; equals the bytes fed once `last` was fed without a deny).
@@ -80,6 +88,9 @@ private:
                 std::string_view content_encoding, std::size_t window, std::size_t overlap,
                 const body_stream* outer);
     bool scan(std::string_view bytes, std::uint64_t base, std::string_view coding, result& r);
+    /// True when a stream the last scan found cut short (cuts_) is followed by no decoder
+    /// here and its start is not scanned again with the next piece.
+    bool cut_unfollowed(std::uint64_t scanned_end) const noexcept;
     bool run_decoder(std::string_view raw, std::uint64_t raw_at, bool last, result& r);
     bool scan_decoded(std::string_view fresh, bool last, result& r);
     std::uint64_t decoded_release() const noexcept;
@@ -99,6 +110,8 @@ private:
     std::uint64_t sniff_from_ = 0; ///< raw offset where the magic search goes on
     std::unique_ptr<decoded_state> dec_;
     std::vector<finding_record> seen_; ///< findings reported so far (tails are rescanned)
+    /// The streams the last scan found cut short, `at` made a raw offset of this body.
+    std::vector<cut_stream> cuts_;
 };
 
 } // namespace sluice::dlp
