@@ -238,12 +238,19 @@ def read_reply(sock, method, phase):
     return reply(resp.status, headers, resp.read(), phase)
 
 
-def connect(identity, authority, sni="localhost"):
-    """CONNECT through `identity`'s listener; returns (socket or None, reply)."""
+def answered_connect(identity, authority):
+    """A CONNECT through `identity`'s listener, answered: (socket, response). The socket
+    is left as it is after the answer (the caller speaks TLS or not)."""
     sock = socket.create_connection(("127.0.0.1", U.ports[identity]), timeout=TIMEOUT_S)
     sock.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
     resp = http.client.HTTPResponse(sock, method="CONNECT")
     resp.begin()
+    return sock, resp
+
+
+def connect(identity, authority, sni="localhost"):
+    """CONNECT through `identity`'s listener; returns (socket or None, reply)."""
+    sock, resp = answered_connect(identity, authority)
     if resp.status != 200:
         r = reply(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read(),
                   "connect")
@@ -435,10 +442,7 @@ class t3_policy_test(base):
         origin's CA and sluice's, so it would see either answer. Returns the TLS socket
         and the issuer of the certificate it got."""
         authority = b"127.0.0.1:%d" % U.origin.port
-        sock = socket.create_connection(("127.0.0.1", U.ports["sound"]), timeout=TIMEOUT_S)
-        sock.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
-        resp = http.client.HTTPResponse(sock, method="CONNECT")
-        resp.begin()
+        sock, resp = answered_connect("sound", authority)
         self.assertEqual(resp.status, 200)
         ctx = ssl.create_default_context(cafile=U.sluice_ca)
         ctx.load_verify_locations(os.path.join(U.tmp, "test-ca.pem"))
@@ -478,10 +482,7 @@ class t3_policy_test(base):
         # its CONNECT named. A ClientHello asking 127.0.0.1's server for `localhost` gets
         # an unrecognized_name alert, and the origin never sees the handshake.
         authority = b"127.0.0.1:%d" % U.origin.port
-        sock = socket.create_connection(("127.0.0.1", U.ports["opaque"]), timeout=TIMEOUT_S)
-        sock.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
-        resp = http.client.HTTPResponse(sock, method="CONNECT")
-        resp.begin()
+        sock, resp = answered_connect("opaque", authority)
         self.assertEqual(resp.status, 200)
         flow = resp.getheader("X-Sluice-Flow")
         ctx = ssl.create_default_context(cafile=os.path.join(U.tmp, "test-ca.pem"))
@@ -501,10 +502,7 @@ class t3_policy_test(base):
 
     def test_an_opaque_tunnel_passes_a_client_hello_naming_its_host(self):
         authority = b"localhost:%d" % U.origin.port
-        sock = socket.create_connection(("127.0.0.1", U.ports["opaque"]), timeout=TIMEOUT_S)
-        sock.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
-        resp = http.client.HTTPResponse(sock, method="CONNECT")
-        resp.begin()
+        sock, resp = answered_connect("opaque", authority)
         self.assertEqual(resp.status, 200)
         ctx = ssl.create_default_context(cafile=os.path.join(U.tmp, "test-ca.pem"))
         tls = ctx.wrap_socket(sock, server_hostname="localhost")
@@ -583,10 +581,7 @@ class t4_live_test(base):
 
     def test_an_opaque_tunnel_is_cut_by_a_reload_that_removes_its_allow(self):
         authority = b"127.0.0.1:%d" % U.origin.port
-        sock = socket.create_connection(("127.0.0.1", U.ports["live"]), timeout=TIMEOUT_S)
-        sock.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
-        resp = http.client.HTTPResponse(sock, method="CONNECT")
-        resp.begin()
+        sock, resp = answered_connect("live", authority)
         self.assertEqual(resp.status, 200)
         flow = resp.getheader("X-Sluice-Flow")
         # Straight to the origin (its own certificate, from the test CA): opaque.

@@ -1,5 +1,5 @@
-// What the whole-buffer finders of more_views() (decode.hpp) share: the view budget and
-// the wide-text finders of wide.cpp. Internal to dlp/src/decoders/.
+// What the whole-buffer finders of more_views() (decode.hpp) share: the view budget, the
+// byte classes, and the finders of wide.cpp and joins.cpp. Internal to dlp/src/decoders/.
 // Not thread safe per call (the counters are the caller's); no shared state.
 #pragma once
 
@@ -14,6 +14,18 @@ namespace sluice::dlp::decode {
 
 inline constexpr std::size_t max_views = 64; // views more_views() adds per buffer at most
 inline constexpr std::size_t min_chars = 8;  // fewer decoded bytes than any secret's
+
+inline bool digit(unsigned char c) noexcept {
+    return c >= '0' && c <= '9';
+}
+
+inline bool alnum(unsigned char c) noexcept {
+    return digit(c) || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+}
+
+inline bool blank(unsigned char c) noexcept {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
 
 /// Room left under `limit` decoded bytes (`used` so far) and under max_views views added
 /// since index `first` of `out` for a view of `n` bytes; charges `used` when there is.
@@ -38,5 +50,19 @@ inline bool room(std::size_t& used, std::size_t limit, std::size_t n, std::vecto
 ///   looked at (memchr).
 void wide_views(std::string_view d, std::size_t limit, std::size_t& used,
                 std::vector<text_view>& out, std::size_t first);
+
+/// String literals joined by '+' (joins.cpp): a chain of two or more in one quote
+/// character ("ghp_Ohb" + 'V...' in JS, Python, Java), their contents joined as written,
+/// step "concat". The buffer is taken [from, to), `next` is where the last view ended.
+void concat_views(std::string_view d, std::size_t from, std::size_t to, std::size_t& next,
+                  std::size_t limit, std::size_t& used, std::vector<text_view>& out,
+                  std::size_t first);
+
+/// Groups of 2 to 8 letters, digits or '_' between one punctuation byte (joins.cpp,
+/// "ghp_-OhbV-rpoi-..."), sampled every 16 bytes, joined when they hold letters and
+/// digits, step "grouped". Arguments as for concat_views.
+void grouped_views(std::string_view d, std::size_t from, std::size_t to, std::size_t& next,
+                   std::size_t limit, std::size_t& used, std::vector<text_view>& out,
+                   std::size_t first);
 
 } // namespace sluice::dlp::decode

@@ -63,7 +63,8 @@ inline std::string zlib(std::string_view in) {
 }
 
 /// A zlib stream (RFC 1950) with a `bits`-bit window (9..15): the header's CMF byte is
-/// 0x78 for 15 and 0x18 for 9, which a decoder accepts whatever its own window.
+/// 0x78 for 15 and 0x18 for 9, which a decoder accepts whatever its own window. With
+/// -15..-9, raw DEFLATE (RFC 1951, no header), as `deflate` bodies from some clients are.
 inline std::string zlib_window(std::string_view in, int bits) {
     z_stream zs{};
     if (deflateInit2(&zs, 6, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) != Z_OK)
