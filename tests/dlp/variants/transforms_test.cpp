@@ -75,8 +75,8 @@ const std::vector<planted>& red_team_inputs() {
                    "S-2-g-j-N-u-t\n"},
         {"concat", "const token = \"ghp_OhbVrpoiVgRV\" + \"5IfLBcbfnoGMbJmTPS2gjNut\";"},
         {"concat", "t = ('ghp_OhbVrpoi' +\n     'VgRV5IfLBcbf' + 'noGMbJmTPS2gjNut')\n"},
-        {"grouped", "key: ghp_-OhbV-rpoi-VgRV-5IfL-BcbF-noGM-bJmT-PS2g-jNut\n"},
-        {"grouped", "k=ghp.OhbVrp.oiVgRV.5IfLBc.bfnoGM.bJmTPS.2gjNut;"},
+        {"grouped", "key: ghp_-OhbV-rpoi-VgRV-5IfL-Bcbf-noGM-bJmT-PS2g-jNut\n"},
+        {"grouped", "k=ghp_Oh.bVrpoi.VgRV5I.fLBcbf.noGMbJ.mTPS2g.jNut;"},
         {"uu", "begin 644 t.txt\nH9VAP7T]H8E9R<&]I5F=25C5)9DQ\"8V)F;F]'36)*;5104S)G:DYU=   "
                "\n`\nend\n"},
         {"rot13", "token: tuc_BuoIecbvItEI5VsYOposabTZoWzGCF2twAhg"},
