@@ -133,7 +133,7 @@ void hs_scan_bare(benchmark::State& state) {
         return;
     const auto& impl = builtin()->impl();
     hs_scratch_t* scratch = nullptr;
-    hs_clone_scratch(impl.prototype.get(), &scratch);
+    hs_alloc_scratch(impl.db.get(), &scratch);
     const std::string& data = corpus();
     std::size_t hits = 0;
     for (auto _ : state) {

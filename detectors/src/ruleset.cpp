@@ -2,6 +2,7 @@
 #include "sluice/detectors/text.hpp"
 
 #include "detail/ruleset_impl.hpp"
+#include "detail/thread_scratch.hpp"
 #include "sluice/detectors/validators.hpp"
 
 #include <openssl/evp.h>
@@ -316,12 +317,13 @@ ruleset::compile(std::vector<rule> rules, const database_snapshot* snapshot) try
         return std::unexpected(
             std::vector<std::string>{"ruleset: Hyperscan compile failed: " + msg});
     }
-    hs_scratch_t* scratch = nullptr;
-    if (hs_alloc_scratch(impl->db.get(), &scratch) != HS_SUCCESS) {
+    // Fitting this thread's scratch now makes a database no scratch can serve fail here,
+    // not at the first scan.
+    impl->serial = detail::next_database_serial();
+    if (!detail::thread_scratch(impl->db.get(), impl->serial)) {
         return std::unexpected(
             std::vector<std::string>{"ruleset: cannot allocate Hyperscan scratch"});
     }
-    impl->prototype.reset(scratch);
     impl->rules = std::move(rules);
     impl->compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)

@@ -1,6 +1,7 @@
 #include "sluice/detectors/scanner.hpp"
 
 #include "detail/ruleset_impl.hpp"
+#include "detail/thread_scratch.hpp"
 #include "sluice/detectors/stream_scanner.hpp"
 #include "sluice/detectors/validators.hpp"
 
@@ -28,7 +29,6 @@ struct candidate {
 
 struct scanner_impl {
     std::shared_ptr<const ruleset> rules;
-    hs_scratch_ptr scratch;
     // Reused across scans so the hot path allocates only when a scan has more hits than
     // any before it.
     std::vector<hit> hits;
@@ -58,11 +58,6 @@ int on_match(unsigned int id, unsigned long long /*from*/, unsigned long long to
 
 scanner::scanner(std::shared_ptr<const ruleset> rules)
     : impl_(std::make_unique<detail::scanner_impl>()) {
-    hs_scratch_t* s = nullptr;
-    // Cloning cannot fail short of memory exhaustion; a null scratch makes scan() fail
-    // closed instead of throwing across this API.
-    if (hs_clone_scratch(rules->impl().prototype.get(), &s) == HS_SUCCESS)
-        impl_->scratch.reset(s);
     impl_->rules = std::move(rules);
     impl_->hits.reserve(256);
     impl_->candidates.reserve(64);
@@ -84,11 +79,14 @@ bool scanner::scan(std::string_view data, std::vector<finding>& out) {
 bool scanner::scan(std::string_view data, std::size_t report_from, std::size_t report_to,
                    std::vector<finding>& out) try {
     auto& s = *impl_;
-    if (!s.scratch)
-        return false;
     if (data.empty())
         return true;
     const auto& rs = s.rules->impl();
+    // This thread's one scratch (thread_scratch.hpp); null only without memory, and then
+    // the scan fails closed instead of throwing across this API.
+    hs_scratch_t* scratch = detail::thread_scratch(rs.db.get(), rs.serial);
+    if (!scratch)
+        return false;
     s.hits.clear();
     s.candidates.clear();
     s.report_from = report_from;
@@ -105,7 +103,7 @@ bool scanner::scan(std::string_view data, std::size_t report_from, std::size_t r
         s.report_from = base == 0 ? saved_from : std::max(saved_from, base + overlap) - base;
         s.report_to = saved_to < base ? 0 : saved_to - base;
         const hs_error_t rc = hs_scan(rs.db.get(), data.data() + base, static_cast<unsigned>(len),
-                                      0, s.scratch.get(), detail::on_match, &s);
+                                      0, scratch, detail::on_match, &s);
         s.report_from = saved_from;
         s.report_to = saved_to;
         if (rc != HS_SUCCESS)

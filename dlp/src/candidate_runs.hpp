@@ -1,13 +1,10 @@
 // Internal to dlp/, included by variants.cpp alone (its anonymous namespace), after
 // candidate_classes.hpp: the runs a candidate spans once its first byte is known (an
 // alphabet run, line breaks, the stops of a region, groups of base64 or hex split by
-// spaces or line breaks), SSE2 sixteen bytes at a time where it helps, and the
-// Hyperscan scratch owner.
+// spaces or line breaks), SSE2 sixteen bytes at a time where it helps.
 #pragma once
 
 #include "candidate_classes.hpp"
-
-#include <hs/hs.h>
 
 #include <cstring>
 
@@ -249,10 +246,6 @@ void spaced_regions(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
 #endif
     flush();
 }
-
-struct hs_scratch_closer {
-    void operator()(hs_scratch_t* s) const noexcept { hs_free_scratch(s); }
-};
 
 } // namespace
 

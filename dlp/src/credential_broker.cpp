@@ -7,11 +7,9 @@
 #include <boost/url/rfc/unreserved_chars.hpp>
 #include <boost/url/url.hpp>
 
-#include <hs/hs.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <new>
 #include <unordered_set>
@@ -332,43 +330,18 @@ reflection_set::reflection_set(std::vector<std::string> secrets) {
     }
     if (literals.empty())
         return;
-    std::vector<const char*> exprs;
-    std::vector<std::size_t> lens;
     // Every match, overlapping ones too; case is ignored, so a re-cased echo is hidden.
-    std::vector<unsigned> flags(literals.size(), HS_FLAG_CASELESS);
-    std::vector<unsigned> ids;
-    for (std::size_t i = 0; i < literals.size(); ++i) {
-        exprs.push_back(literals[i].data());
-        lens.push_back(literals[i].size());
-        ids.push_back(static_cast<unsigned>(i));
-    }
-    hs_database_t* db = nullptr;
-    hs_compile_error_t* err = nullptr;
-    // Literals (no regex syntax, any bytes): the compiler fails only for lack of memory.
-    if (hs_compile_lit_multi(exprs.data(), flags.data(), ids.data(), lens.data(),
-                             static_cast<unsigned>(exprs.size()), HS_MODE_BLOCK, nullptr, &db,
-                             &err) != HS_SUCCESS) {
-        hs_free_compile_error(err);
+    // Literals (no regex syntax, any bytes, none empty): compiling fails only for lack
+    // of memory.
+    auto set = detectors::literal_set::compile(literals, {.caseless = true});
+    if (!set)
         throw std::bad_alloc();
-    }
-    db_ = db;
-    static std::atomic<std::uint64_t> serials{0};
-    serial_ = ++serials;
+    set_ = std::move(*set);
 }
 
-reflection_set::~reflection_set() {
-    hs_free_database(static_cast<hs_database_t*>(db_));
-}
+reflection_set::~reflection_set() = default;
 
 namespace {
-
-// One scratch per thread, grown to fit every database it has scanned with (Hyperscan
-// scratch may serve several databases once allocated for each).
-struct thread_scratch {
-    hs_scratch_t* s = nullptr;
-    std::uint64_t fits = 0; ///< serial of the last set the scratch was checked against
-    ~thread_scratch() { hs_free_scratch(s); }
-};
 
 struct match_ctx {
     const reflection_set* set;
@@ -382,11 +355,10 @@ bool same_folded(char a, char b) {
            std::tolower(static_cast<unsigned char>(b));
 }
 
-int on_window(unsigned id, unsigned long long, unsigned long long to, unsigned, void* p) {
+int on_window(void* p, unsigned id, std::size_t end) {
     auto& m = *static_cast<match_ctx*>(p);
     const auto& w = m.set->window_of(id);
     const std::string& form = m.set->secrets()[w.form];
-    std::size_t end = static_cast<std::size_t>(to);
     std::size_t at = end - w.width;
     // The run of the text that follows the form around this window, both ways.
     for (std::size_t k = w.offset; k > 0 && at > 0 && same_folded(m.text[at - 1], form[k - 1]); --k)
@@ -406,24 +378,13 @@ int on_window(unsigned id, unsigned long long, unsigned long long to, unsigned, 
 // split by a space, the end of the body).
 void reflection_set::occurrences(std::string_view text, std::size_t starts_before,
                                  std::vector<std::pair<std::size_t, std::size_t>>& ranges) const {
-    if (!db_ || text.empty() || starts_before == 0)
+    if (!set_ || text.empty() || starts_before == 0)
         return;
-    auto* db = static_cast<hs_database_t*>(db_);
-    thread_local thread_scratch scratch;
-    // hs_alloc_scratch checks the whole database each time (about 40 us for a few hundred
-    // literals): only when this thread last scanned another set. Serials never repeat, so
-    // a set allocated where a freed one was is checked again.
-    if (scratch.fits != serial_) {
-        if (hs_alloc_scratch(db, &scratch.s) != HS_SUCCESS)
-            throw std::bad_alloc();
-        scratch.fits = serial_;
-    }
     match_ctx m{this, text, starts_before, &ranges};
     // A run that begins before starts_before holds a window that begins within lead()
     // bytes after it, so the text past the last such window is never scanned.
     const std::size_t reach = std::min(text.size(), starts_before - 1 + lead_ + longest_window_);
-    if (hs_scan(db, text.data(), static_cast<unsigned>(reach), 0, scratch.s, on_window, &m) !=
-        HS_SUCCESS)
+    if (!set_->scan(text.substr(0, reach), on_window, &m))
         throw std::bad_alloc(); // only a scratch or database fault, never the input
 }
 

@@ -6,6 +6,7 @@
 // stream, so the cost on ordinary text stays a fraction of the raw scan.
 #include "sluice/dlp/variants.hpp"
 
+#include "sluice/detectors/literal_set.hpp"
 #include "sluice/detectors/text.hpp"
 #include "sluice/detectors/validators.hpp"
 #include "sluice/dlp/decode.hpp"
@@ -14,8 +15,6 @@
 #include "candidate_runs.hpp" // the classification and its runs (an anonymous namespace)
 #include "joined.hpp"
 #include "variant_detail.hpp"
-
-#include <hs/hs.h>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -39,10 +38,9 @@ namespace sluice::dlp {
 // protected values
 
 struct protected_values::impl {
-    hs_database_t* db = nullptr;
+    std::shared_ptr<const detectors::literal_set> set; ///< null when no value is configured
     std::vector<std::size_t> lengths;
     std::vector<std::string> fingerprints;
-    ~impl() { hs_free_database(db); }
 };
 
 protected_values::protected_values(std::unique_ptr<impl> p)
@@ -52,10 +50,7 @@ protected_values::~protected_values() = default;
 std::expected<std::shared_ptr<const protected_values>, std::string>
 protected_values::compile(const std::vector<std::string>& values) {
     auto p = std::make_unique<impl>();
-    std::vector<const char*> exprs;
-    std::vector<std::size_t> lens;
-    std::vector<unsigned> flags;
-    std::vector<unsigned> ids;
+    std::vector<std::string> literals;
     for (std::size_t i = 0; i < values.size(); ++i) {
         const auto& v = values[i];
         if (v.empty())
@@ -63,25 +58,16 @@ protected_values::compile(const std::vector<std::string>& values) {
         if (v.size() < 4)
             return std::unexpected("protected value #" + std::to_string(i + 1) +
                                    " is shorter than 4 bytes");
-        exprs.push_back(v.data());
-        lens.push_back(v.size());
-        flags.push_back(HS_FLAG_SINGLEMATCH);
-        ids.push_back(static_cast<unsigned>(p->lengths.size()));
+        literals.push_back(v);
         p->lengths.push_back(v.size());
         p->fingerprints.push_back(detectors::fingerprint(v));
     }
-    if (!exprs.empty()) {
-        hs_compile_error_t* err = nullptr;
-        if (hs_compile_lit_multi(exprs.data(), flags.data(), ids.data(), lens.data(),
-                                 static_cast<unsigned>(exprs.size()), HS_MODE_BLOCK, nullptr,
-                                 &p->db, &err) != HS_SUCCESS) {
-            // The message names no value (Hyperscan reports the expression index only).
-            std::string msg = "protected values: cannot compile (";
-            msg += err && err->message ? "hyperscan error" : "unknown error";
-            msg += ")";
-            hs_free_compile_error(err);
-            return std::unexpected(msg);
-        }
+    if (!literals.empty()) {
+        // The literal set's message names no value.
+        auto set = detectors::literal_set::compile(literals, {.first_only = true});
+        if (!set)
+            return std::unexpected("protected values: " + set.error());
+        p->set = std::move(*set);
     }
     return std::shared_ptr<const protected_values>(new protected_values(std::move(p)));
 }
@@ -93,10 +79,7 @@ variant_scanner::variant_scanner(detectors::scanner& s, variant_options o)
     : scanner_(s)
     , opts_(std::move(o)) {}
 
-variant_scanner::~variant_scanner() {
-    if (hs_scratch_)
-        hs_free_scratch(static_cast<hs_scratch_t*>(hs_scratch_));
-}
+variant_scanner::~variant_scanner() = default;
 
 void variant_scanner::reset() noexcept {
     ends_ = {};
@@ -151,33 +134,20 @@ variant_status variant_scanner::scan_buffer(std::string_view data, const std::st
     scratch_.clear();
     if (!scanner_.scan(data, scratch_))
         return variant_status::scanner_error;
-    if (opts_.protect && opts_.protect->get().db) {
+    if (opts_.protect && opts_.protect->get().set) {
         const auto& pv = opts_.protect->get();
-        if (!hs_scratch_) {
-            hs_scratch_t* s = nullptr;
-            if (hs_alloc_scratch(pv.db, &s) != HS_SUCCESS)
-                return variant_status::scanner_error;
-            hs_scratch_ = s;
-        }
-        struct hit_ctx {
-            const protected_values::impl* pv;
-            std::vector<detectors::finding>* out;
-        } hc{&pv, &scratch_};
-        const auto on_match = [](unsigned id, unsigned long long, unsigned long long to, unsigned,
-                                 void* p) -> int {
-            auto* h = static_cast<hit_ctx*>(p);
+        const auto on_match = [&](unsigned id, std::size_t end) -> int {
             detectors::finding f;
             f.rule_id = "protected-value";
             f.category = "protected";
-            f.end = static_cast<std::size_t>(to);
-            f.begin = f.end - h->pv->lengths[id];
+            f.end = end;
+            f.begin = end - pv.lengths[id];
             f.confidence = 1.0;
-            f.fingerprint = h->pv->fingerprints[id];
-            h->out->push_back(std::move(f));
+            f.fingerprint = pv.fingerprints[id];
+            scratch_.push_back(std::move(f));
             return 0;
         };
-        if (hs_scan(pv.db, data.data(), static_cast<unsigned>(data.size()), 0,
-                    static_cast<hs_scratch_t*>(hs_scratch_), on_match, &hc) != HS_SUCCESS)
+        if (!pv.set->scan(data, on_match))
             return variant_status::scanner_error;
     }
     for (auto& f : scratch_) {

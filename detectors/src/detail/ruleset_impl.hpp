@@ -7,6 +7,7 @@
 #include <re2/re2.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -34,7 +35,7 @@ struct ruleset_impl {
     std::vector<rule> rules;
     std::vector<compiled_rule> compiled;
     hs_database_ptr db;
-    hs_scratch_ptr prototype; ///< cloned per scanner (hs_clone_scratch)
+    std::uint64_t serial = 0; ///< detail::next_database_serial(), for thread_scratch
     std::size_t max_width = 0;
     double compile_ms = 0;
     bool from_snapshot = false; ///< db came from a database_snapshot, not hs_compile_multi

@@ -1,6 +1,7 @@
-// Per-thread scanner over a shared ruleset. Owns Hyperscan scratch cloned from the
-// ruleset's prototype. Not thread safe: one scanner per thread; a scan is one
-// synchronous call and must not be held across a co_await.
+// Per-thread scanner over a shared ruleset. It scans with its thread's one Hyperscan
+// scratch (shared with every literal_set the thread scans), and keeps reusable hit
+// buffers. Not thread safe: one scanner per thread; a scan is one synchronous call and
+// must not be held across a co_await.
 #pragma once
 
 #include "sluice/detectors/finding.hpp"

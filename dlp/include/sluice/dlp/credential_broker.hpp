@@ -16,6 +16,7 @@
 // reflection_set's literals, which fails only for lack of memory).
 #pragma once
 
+#include "sluice/detectors/literal_set.hpp"
 #include "sluice/dlp/policy.hpp"
 
 #include <cstddef>
@@ -123,7 +124,7 @@ private:
 std::vector<std::string> reflection_forms(std::string_view secret);
 
 /// Secrets to mask (reflection_forms() of each brokered secret), compiled into one
-/// Hyperscan block-mode literal set, case ignored: windows of each form at every
+/// detectors::literal_set, case ignored: windows of each form at every
 /// window_stride characters, and its last one. A window is secret_masker::min_prefix
 /// characters (the whole form when shorter); a form written wholly as JSON \u00XX escapes
 /// (or %XX) has windows and stride six (three) times as wide, so each still stands for min_prefix
@@ -152,8 +153,8 @@ public:
     /// Every run of `text` that begins before `starts_before` and follows a form far
     /// enough to hold one of its windows (extended both ways, caselessly), appended to
     /// `ranges` as [begin, end) in no particular order; the text must hold at least
-    /// lead() + longest() - 1 bytes after starts_before, or end there. Uses a per-thread
-    /// Hyperscan scratch.
+    /// lead() + longest() - 1 bytes after starts_before, or end there. Uses the thread's
+    /// Hyperscan scratch (detectors::literal_set).
     void occurrences(std::string_view text, std::size_t starts_before,
                      std::vector<std::pair<std::size_t, std::size_t>>& ranges) const;
 
@@ -163,8 +164,7 @@ private:
     std::size_t longest_ = 0;
     std::size_t longest_window_ = 0;
     std::size_t lead_ = 0;
-    std::uint64_t serial_ = 0; ///< unique per set, for the per-thread scratch check
-    void* db_ = nullptr;       ///< hs_database_t*, null when there is no secret
+    std::shared_ptr<const detectors::literal_set> set_; ///< null when there is no secret
 };
 
 /// Hides reflected secrets in a response: every run of the bytes that follows one of the

@@ -30,8 +30,8 @@ struct mark;
 } // namespace joined
 
 /// Exact operator-configured secrets (CONTRACT.md `protected_values`), compiled into one
-/// Hyperscan literal database. Findings have rule id "protected-value", category
-/// "protected", confidence 1.
+/// detectors::literal_set (scanned with the thread's Hyperscan scratch). Findings have rule id
+/// "protected-value", category "protected", confidence 1.
 class protected_values {
 public:
     /// Compiles the values (empty ones are skipped; values shorter than 4 bytes are
@@ -256,7 +256,6 @@ private:
     /// The body's size while scan_body processes the body itself (offsets in cut_stream
     /// are into it); 0 while it processes anything else (a view, a stream's bytes).
     std::size_t cut_end_ = 0;
-    void* hs_scratch_ = nullptr; ///< Hyperscan scratch for opts_.protect
 };
 
 } // namespace sluice::dlp
