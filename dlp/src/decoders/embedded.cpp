@@ -111,8 +111,9 @@ void each_embedded(std::string_view data, std::size_t end, Hit hit) {
     // can start at: 1f 8b, 28 b5, "BZ", fd "7", a zlib CMF byte followed by a FLG without
     // the preset-dictionary bit (lowercase letters, digits and most punctuation have it,
     // so "hC" and "XG" are checked and "he" is not), or a .lzma header's shape: properties
-    // at most 224, a dictionary size whose low byte is 00 or ff and whose other bytes are
-    // not all zero, and a zero byte 13 (text never has one there).
+    // at most 224, a dictionary size whose low byte is 00 or ff, whose second is a multiple
+    // of 8 or ff and whose upper three are not all zero, a size whose top byte is 00 or ff,
+    // and a zero byte 13 (text never has one there).
     const auto eq = [](__m128i v, int c) {
         return _mm_cmpeq_epi8(v, _mm_set1_epi8(static_cast<char>(c)));
     };
@@ -134,11 +135,16 @@ void each_embedded(std::string_view data, std::size_t end, Hit hit) {
         if (_mm_movemask_epi8(z13) != 0) {
             const __m128i props =
                 _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(static_cast<char>(224))), v);
-            const __m128i dict_lo = _mm_or_si128(eq(w, 0), eq(w, 0xff));
-            const __m128i dict_hi =
-                eq(_mm_or_si128(_mm_or_si128(load(k + 2), load(k + 3)), load(k + 4)), 0);
+            const __m128i d2 = load(k + 2);
+            const __m128i dict_lo = _mm_and_si128(
+                _mm_or_si128(eq(w, 0), eq(w, 0xff)),
+                _mm_or_si128(eq(_mm_and_si128(d2, _mm_set1_epi8(7)), 0), eq(d2, 0xff)));
+            const __m128i dict_hi = eq(_mm_or_si128(_mm_or_si128(d2, load(k + 3)), load(k + 4)), 0);
+            const __m128i top = load(k + 12);
+            const __m128i size = _mm_or_si128(eq(top, 0), eq(top, 0xff));
             hits = _mm_or_si128(
-                hits, _mm_andnot_si128(dict_hi, _mm_and_si128(_mm_and_si128(props, dict_lo), z13)));
+                hits, _mm_andnot_si128(dict_hi, _mm_and_si128(_mm_and_si128(props, dict_lo),
+                                                              _mm_and_si128(size, z13))));
         }
         for (auto m = static_cast<unsigned>(_mm_movemask_epi8(hits)); m != 0; m &= m - 1) {
             const std::size_t at = k + static_cast<std::size_t>(__builtin_ctz(m));
