@@ -182,6 +182,17 @@ TEST_F(leftovers_test, xz_and_lzma_streams_are_opened_wherever_they_are) {
     expect_found(body("", tc::xz(lines) + x), "xz>leftover>xz", "the second of two xz streams");
     expect_found(body("", tc::lzma(lines) + l), "lzma>leftover>lzma", "the second of two lzmas");
     expect_found(body("", "data: " + tc::base64(l) + "\n"), "base64>lzma", "base64 of lzma");
+    // A multipart part in base64 (Content-Transfer-Encoding) that is an .xz or .lzma file
+    // (libarchive opened the .xz one as the part; the pipeline opens both now).
+    for (const auto& [what, file] :
+         std::vector<std::pair<std::string, std::string>>{{"xz", x}, {"lzma", l}}) {
+        const std::string mp = "--b\r\nContent-Disposition: form-data; name=\"f\"; "
+                               "filename=\"a." +
+                               what + "\"\r\nContent-Transfer-Encoding: base64\r\n\r\n" +
+                               tc::spaced(tc::base64(file), 76, "\r\n") + "\r\n--b--\r\n";
+        expect_found(body("", mp, "multipart/form-data; boundary=b"), "",
+                     "a multipart part in base64 that is " + what);
+    }
     // An .lzma dictionary declared larger than the 64 MiB liblzma is given: decoded the same.
     std::string big = l;
     big[3] = 0; // 1 GiB, 2^30, as `xz --format=lzma --lzma1=dict=1GiB` writes it
