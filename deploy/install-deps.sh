@@ -14,6 +14,7 @@ packages=(
   libsimdjson-dev  # dlp/src/joined_fields.cpp: the values of JSON bodies, for joined views
   libgit2-dev  # dlp/src/git.cpp: git pushes, packs indexed and read by libgit2 (issue 21)
   libarchive-dev  # dlp/src/archive.cpp: zip, tar, 7z, ... members of request bodies (issue 21)
+  liblzma-dev  # dlp/src/decoders/lzma.cpp: .xz and .lzma streams anywhere in a body (issue 25)
   libpsl-dev  # dlp/src/hostname.cpp: registrable domains from the built-in Public Suffix List
   libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev libfmt-dev
   libhiredis-dev redis-server  # proxy/src/redis_link.cpp, tests/e2e/test_fleet.py: the fleet control store (issue 22)

@@ -6,7 +6,8 @@
 // one; magic_offsets reports only real gzip/zstd magics, in order; embedded_offsets
 // reports, in order, every gzip/zstd magic and only offsets whose stream sniffed() opens
 // (SSE2 blocks and the scalar tail agree: the input is also checked one byte in), and
-// first_embedded the first of them below a cut.
+// first_embedded the first of them below a cut, naming the coding sniffed() opens there
+// (gzip, zstd, bzip2, zlib, xz, lzma).
 #include "sluice/dlp/decode.hpp"
 
 #include <algorithm>
@@ -87,10 +88,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             std::abort(); // a gzip/zstd magic embedded_offsets missed
         // first_embedded stops at the first of them below its end (a streamed body's search).
         const std::size_t end = text.size() * data[1] / 256;
-        const std::size_t first = decode::first_embedded(text, end);
+        std::string_view coding;
+        const std::size_t first = decode::first_embedded(text, end, &coding);
         const bool none = all.empty() || all.front() >= end;
         if (none ? first != std::string_view::npos : first != all.front())
             std::abort();
+        // The coding it names is the stream sniffed() opens there ("zlib" is "deflate").
+        if (!none) {
+            std::string opened;
+            std::string_view name;
+            decode::sniffed(text.substr(first), 1024, opened, name);
+            if (name != (coding == "zlib" ? std::string_view("deflate") : coding))
+                std::abort();
+        }
     }
     return 0;
 }

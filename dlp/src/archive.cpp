@@ -23,9 +23,6 @@ bool at(std::string_view d, std::size_t off, std::string_view sig) noexcept {
 bool binary_signature(std::string_view d) noexcept {
     using namespace std::string_view_literals;
     return at(d, 0, zip_local) || at(d, 0, "7z\xBC\xAF\x27\x1C"sv) || at(d, 0, "Rar!\x1A\x07"sv) ||
-           at(d, 0,
-              "\xFD"
-              "7zXZ\x00"sv) ||
            at(d, 0, "\x04\x22\x4D\x18"sv) || at(d, 0, "MSCF\0\0\0\0"sv) || at(d, 0, "xar!"sv);
 }
 
@@ -85,11 +82,10 @@ reader open_reader(std::string_view data) {
     archive_read_support_format_iso9660(r);
     archive_read_support_format_xar(r);
     archive_read_support_format_cab(r);
-    archive_read_support_format_raw(r); // an xz file that holds no archive
-    // Only the layers the variant pipeline does not open itself (archive.hpp). Never
+    archive_read_support_format_raw(r); // an lz4 or compress file that holds no archive
+    // Only the layers the variant pipeline does not open itself (archive.hpp): xz and lzma
+    // are decode::sniffed's (liblzma), anywhere in a buffer. Never
     // archive_read_support_filter_all: it adds filters that run external programs.
-    archive_read_support_filter_xz(r);
-    archive_read_support_filter_lzma(r);
     archive_read_support_filter_lz4(r);
     archive_read_support_filter_compress(r);
     if (archive_read_open_memory(r, data.data(), data.size()) != ARCHIVE_OK)
@@ -125,10 +121,6 @@ std::string_view format_name(int code) noexcept {
 
 std::string_view filter_name(int code) noexcept {
     switch (code) {
-    case ARCHIVE_FILTER_XZ:
-        return "xz";
-    case ARCHIVE_FILTER_LZMA:
-        return "lzma";
     case ARCHIVE_FILTER_LZ4:
         return "lz4";
     case ARCHIVE_FILTER_COMPRESS:

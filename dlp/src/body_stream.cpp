@@ -38,7 +38,8 @@ struct body_stream::decoded_state {
         : dec(c)
         , coding(coding_name(c)) {}
     decode::stream_decoder dec;
-    std::string coding; ///< variant prefix: gzip, deflate, br, zstd; zlib, bzip2 embedded
+    std::string coding; ///< variant prefix: gzip, deflate, br, zstd; zlib, bzip2, xz, lzma
+                        ///< embedded
     bool declared = false;
     std::uint64_t raw_start = 0; ///< raw offset where the stream starts
     std::uint64_t raw_next = 0;  ///< raw offset of the next byte to feed
@@ -141,7 +142,7 @@ bool body_stream::scan_decoded(std::string_view fresh, bool last, result& r) {
 
 // Feeds the raw bytes [raw_at, raw_at + raw.size()) not yet fed to the stream decoder,
 // starting one where a declared coding says a stream begins, or where embedded_offsets()
-// would see a gzip, zstd, bzip2 or zlib stream start.
+// would see a gzip, zstd, bzip2, zlib, xz or lzma stream start.
 bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool last, result& r) {
     const std::uint64_t raw_end = raw_at + raw.size();
     for (;;) {
@@ -169,18 +170,15 @@ bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool l
                     sniff_from_ = from;
                     return true;
                 }
+                std::string_view coding;
                 const std::size_t k =
-                    decode::first_embedded(raw.substr(from - raw_at), settled - from);
+                    decode::first_embedded(raw.substr(from - raw_at), settled - from, &coding);
                 if (k == std::string_view::npos) {
                     sniff_from_ = settled;
                     return true;
                 }
                 const std::uint64_t start = from + k;
-                const auto c = static_cast<unsigned char>(raw[start - raw_at]);
-                dec_ = std::make_unique<decoded_state>(c == 0x1f   ? "gzip"
-                                                       : c == 0x28 ? "zstd"
-                                                       : c == 'B'  ? "bzip2"
-                                                                   : "zlib");
+                dec_ = std::make_unique<decoded_state>(coding);
                 dec_->raw_start = dec_->raw_next = dec_->safe_raw = start;
             }
             dec_->inner.reset(

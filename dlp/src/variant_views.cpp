@@ -209,14 +209,15 @@ static std::optional<joined::view> json_values(std::string_view text) {
     return v;
 }
 
-// gzip members, zstd frames, bzip2 and zlib streams that start after other bytes ("junk" +
-// gzip stream): decode::embedded_offsets finds them, and a false start fails within bytes.
+// gzip members, zstd frames, bzip2, zlib, xz and lzma streams that start after other bytes
+// ("junk" + gzip stream): decode::embedded_offsets finds them, and a false start fails
+// within bytes.
 variant_status variant_scanner::scan_embedded(std::string_view data, const std::string& prefix,
                                               ctx& c, bool leftover) {
     std::string inflated;
     std::string chain;
-    // Every gzip, zstd, bzip2 or zlib start, each a candidate (a cap that skipped the rest
-    // would let decoy magics hide the real stream after them).
+    // Every gzip, zstd, bzip2, zlib, xz or lzma start, each a candidate (a cap that skipped
+    // the rest would let decoy magics hide the real stream after them).
     for (const std::size_t off : decode::embedded_offsets(data)) {
         if (off == 0 && !leftover)
             continue; // sniffed by the caller
@@ -474,6 +475,10 @@ variant_status variant_scanner::scan_body(std::string_view body, std::string_vie
         const auto rc = decode::sniffed(data, decode_room(), inflated, name, &left, &cut);
         if (rc == decode::inflate_status::over_limit)
             return variant_status::over_budget;
+        // An .xz file (magic and header CRC32) that is corrupt is refused, as when
+        // libarchive read it; one cut short is scanned as far as it decodes, like the others.
+        if (rc == decode::inflate_status::error && !cut && name == "xz")
+            return variant_status::bad_encoding;
         if (cut)
             cuts_.push_back({0, std::string(name)});
         if (rc != decode::inflate_status::unknown && !inflated.empty()) {

@@ -12,12 +12,14 @@ One `sluice run` with two listeners: `whole` (bodies read whole, the default) an
 intercepted tunnel to a TLS origin from test_proxy.py that records every complete
 request. The coded bodies are built here from the formats' specifications: gzip members
 with header fields (RFC 1952 section 2.3), zstd skippable and raw-block frames (RFC 8878
-sections 3.1.1 and 3.1.2), the one-byte empty brotli stream (RFC 7932 section 9.2).
+sections 3.1.1 and 3.1.2), the one-byte empty brotli stream (RFC 7932 section 9.2); .xz
+and .lzma (LZMA_Alone) files by Python's lzma module (liblzma).
 """
 
 import base64
 import bz2
 import json
+import lzma
 import os
 import random
 import struct
@@ -317,6 +319,55 @@ class unscanned_encodings_test(unittest.TestCase):
                 self.assertNotIn(t, decoded, name)
             # The same shape without the token streams through whole.
             clean = before + pack(noisy_lines(8 * WINDOW, b"c")) + log_lines(1000, b"after")
+            code, answer = upload("streaming", path + "-clean", clean)
+            self.assertEqual(code, "200", name + " " + answer[:300].decode(errors="replace"))
+            got = origin_got(path + "-clean")
+            self.assertEqual(len(got), 1, name)
+            self.assertEqual(got[0]["body"], clean, name)
+
+    def test_xz_and_lzma_after_other_bytes_whole_and_streamed(self):
+        # An .xz stream after other bytes and an .lzma (LZMA_Alone) stream at the start or
+        # after other bytes, no Content-Encoding: neither was opened before (the token
+        # reached the origin). Whole: 403 and nothing relayed. Streamed, several windows
+        # long with the token near the end: 403 before the bytes that carry it are relayed.
+        # The clean versions arrive byte for byte.
+        xz = lzma.compress
+        alone = lambda d: lzma.compress(d, format=lzma.FORMAT_ALONE)  # noqa: E731
+        for name, pack, junk in (("xz", xz, b"J"), ("xz-12", xz, b"header line\n"),
+                                 ("lzma", alone, b""), ("lzma-12", alone, b"header line\n")):
+            t = fresh_token()
+            packed = pack(log_lines(4000, name.encode()) + b"key=" + t + b"\n")
+            self.assertNotIn(t, packed)
+            self.assert_refused("whole", "/enc/whole-" + name, junk + packed)
+            clean = junk + pack(log_lines(4000, name.encode()))
+            code, answer = upload("whole", "/enc/whole-clean-" + name, clean)
+            self.assertEqual(code, "200", name + " " + answer[:300].decode(errors="replace"))
+            got = origin_got("/enc/whole-clean-" + name)
+            self.assertEqual([g["body"] for g in got], [clean], name)
+        for name, pack in (("xz", xz), ("lzma", alone)):
+            t = fresh_token()
+            packed = pack(os.urandom(WINDOW).hex().encode() + noisy_lines(4 * WINDOW, b"x") +
+                          t + b"\n" + log_lines(2000, b"end"))
+            self.assertNotIn(t, packed)
+            self.assertGreater(len(packed), 2 * WINDOW, name)
+            before = log_lines(3 * WINDOW + 5, b"before")
+            body = before + packed + log_lines(1000, b"after")
+            path = "/enc/streamed-" + name
+            code, answer = upload("streaming", path, body)
+            self.assertEqual(code, "403", name + " " + answer[:300].decode(errors="replace"))
+            doc = json.loads(answer)
+            self.assertEqual(doc["reason"], "dlp_finding")
+            self.assertIn("github-pat-classic", doc["rules"])
+            for got in origin_got(path):
+                self.assertLess(len(got["body"]), len(before) + len(packed), name)
+                d = lzma.LZMADecompressor()
+                try:
+                    decoded = d.decompress(got["body"][len(before):])
+                except lzma.LZMAError:
+                    decoded = b""
+                self.assertNotIn(t, decoded, name)
+            clean = before + pack(os.urandom(WINDOW).hex().encode() +
+                                  noisy_lines(4 * WINDOW, b"c")) + log_lines(1000, b"after")
             code, answer = upload("streaming", path + "-clean", clean)
             self.assertEqual(code, "200", name + " " + answer[:300].decode(errors="replace"))
             got = origin_got(path + "-clean")

@@ -1,7 +1,8 @@
-// Content-Encoding decoders over zlib, libbrotli and libzstd. Every decoder writes through
+// Content-Encoding decoders over zlib, libbrotli and libzstd (libbz2 and liblzma, in
+// lzma.cpp, for streams recognised by their magic). Every decoder writes through
 // a fixed-size chunk and checks the limit before appending, so a decompression bomb costs
 // at most `limit` bytes of memory and the time to produce them.
-#include "sluice/dlp/decode.hpp"
+#include "magic.hpp"
 
 #include "sluice/detectors/text.hpp"
 
@@ -9,10 +10,6 @@
 #include <bzlib.h>
 #include <zlib.h>
 #include <zstd.h>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include <algorithm>
 #include <array>
@@ -40,28 +37,6 @@ bool append(std::string& out, const unsigned char* p, std::size_t n, std::size_t
 constexpr std::size_t leftover_cap = 1u << 20;
 constexpr std::size_t gzip_field_cap = 64 * 1024; // FEXTRA is at most 65535 bytes
 
-bool zstd_magic(const unsigned char* b, std::size_t n) noexcept {
-    return n >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd;
-}
-bool gzip_magic(const unsigned char* b, std::size_t n) noexcept {
-    return n >= 3 && b[0] == 0x1f && b[1] == 0x8b && b[2] == 8;
-}
-
-// RFC 1950 section 2.2: CM=8, CINFO<=7, (CMF*256+FLG) % 31 == 0, no preset dictionary.
-bool zlib_header(unsigned char b0, unsigned char b1) noexcept {
-    return (b0 & 0x0f) == 8 && (b0 >> 4) <= 7 && ((b0 << 8) | b1) % 31 == 0 && !(b1 & 0x20);
-}
-
-// bzip2 (the format of bzip2 1.0.8 / libbz2, which has no RFC): "BZh", a block size digit
-// '1'-'9', then a block header (the BCD digits of pi, 31 41 59 26 53 59) or the end of
-// stream (sqrt(pi), 17 72 45 38 50 90).
-bool bzip2_magic(const unsigned char* b, std::size_t n) noexcept {
-    static constexpr unsigned char block[] = {0x31, 0x41, 0x59, 0x26, 0x53, 0x59};
-    static constexpr unsigned char end[] = {0x17, 0x72, 0x45, 0x38, 0x50, 0x90};
-    return n >= 10 && b[0] == 'B' && b[1] == 'Z' && b[2] == 'h' && b[3] >= '1' && b[3] <= '9' &&
-           (std::memcmp(b + 4, block, 6) == 0 || std::memcmp(b + 4, end, 6) == 0);
-}
-
 // True while `b` (n bytes) can still be the start of "BZh1".."BZh9".
 bool bzip2_prefix(const unsigned char* b, std::size_t n) noexcept {
     static constexpr unsigned char bzh[] = {'B', 'Z', 'h'};
@@ -71,7 +46,7 @@ bool bzip2_prefix(const unsigned char* b, std::size_t n) noexcept {
 
 } // namespace
 
-enum class coding_kind { none, gzip, zlib, raw, auto_deflate, br, zstd, bzip2 };
+enum class coding_kind { none, gzip, zlib, raw, auto_deflate, br, zstd, bzip2, xz, lzma };
 
 struct stream_decoder::impl {
     coding_kind kind = coding_kind::none;
@@ -89,8 +64,9 @@ struct stream_decoder::impl {
     BrotliDecoderState* br = nullptr;
     ZSTD_DCtx* zd = nullptr;
     bz_stream bz{};
-    bool bz_open = false; // bz holds a libbz2 state (BZ2_bzDecompressEnd owed)
-    std::string next;     // bzip2: bytes after a stream that may start "BZh" of another
+    bool bz_open = false;           // bz holds a libbz2 state (BZ2_bzDecompressEnd owed)
+    std::string next;               // bzip2: bytes after a stream that may start "BZh" of another
+    std::unique_ptr<lzma_coder> lz; // xz, lzma (lzma.cpp)
     leftovers left;
 
     ~impl() {
@@ -187,6 +163,11 @@ struct stream_decoder::impl {
         case coding_kind::bzip2:
             init = start_bz2();
             return init;
+        case coding_kind::xz:
+        case coding_kind::lzma:
+            lz = std::make_unique<lzma_coder>(kind == coding_kind::lzma);
+            init = true;
+            return true;
         default:
             return false;
         }
@@ -322,6 +303,22 @@ struct stream_decoder::impl {
         }
     }
 
+    // One .xz or .lzma stream; bytes after its end are leftovers (another stream after it
+    // is found by the search for embedded streams, like any other).
+    inflate_status feed_lzma(const unsigned char* p, std::size_t n, std::size_t limit,
+                             std::string& out) {
+        if (!ended) {
+            const std::size_t before = n;
+            const auto rc = lz->feed(p, n, limit, out);
+            consumed += before - n;
+            ended = lz->ended();
+            if (rc != inflate_status::ok || !ended)
+                return rc;
+        }
+        add_left(p, n, true);
+        return inflate_status::ok;
+    }
+
     inflate_status feed_br(const unsigned char* p, std::size_t n, std::size_t limit,
                            std::string& out) {
         std::array<unsigned char, chunk> buf;
@@ -392,6 +389,10 @@ stream_decoder::stream_decoder(std::string_view coding)
         impl_->kind = coding_kind::zstd;
     else if (iequals(coding, "bzip2")) // internal: no HTTP coding is bzip2
         impl_->kind = coding_kind::bzip2;
+    else if (iequals(coding, "xz")) // internal: .xz and .lzma files, no HTTP codings
+        impl_->kind = coding_kind::xz;
+    else if (iequals(coding, "lzma"))
+        impl_->kind = coding_kind::lzma;
 }
 
 stream_decoder::~stream_decoder() = default;
@@ -446,6 +447,9 @@ inflate_status stream_decoder::feed(std::string_view in, std::size_t limit, std:
         return s.feed_zstd(p, in.size(), limit, out);
     case coding_kind::bzip2:
         return s.feed_bz2(p, in.size(), limit, out);
+    case coding_kind::xz:
+    case coding_kind::lzma:
+        return s.feed_lzma(p, in.size(), limit, out);
     default:
         return s.feed_zlib(p, in.size(), limit, out);
     }
@@ -568,130 +572,6 @@ bool looks_compressed(std::string_view d) noexcept {
     return zlib_header(b0, b1);
 }
 
-std::vector<std::size_t> magic_offsets(std::string_view data, std::size_t max) {
-    std::vector<std::size_t> at;
-    const auto* b = reinterpret_cast<const unsigned char*>(data.data());
-    const std::size_t n = data.size();
-    // The next 0x1f and the next 0x28 at or after i, each found once per occurrence.
-    const auto next = [&](unsigned char c, std::size_t i) -> std::size_t {
-        const void* h = i < n ? std::memchr(b + i, c, n - i) : nullptr;
-        return h ? static_cast<std::size_t>(static_cast<const unsigned char*>(h) - b) : n;
-    };
-    std::size_t g = next(0x1f, 0);
-    std::size_t z = next(0x28, 0);
-    while (at.size() < max) {
-        const std::size_t k = std::min(g, z);
-        if (k >= n)
-            break;
-        if (gzip_magic(b + k, n - k) || zstd_magic(b + k, n - k))
-            at.push_back(k);
-        if (k == g)
-            g = next(0x1f, k + 1);
-        if (k == z)
-            z = next(0x28, k + 1);
-    }
-    return at;
-}
-
-namespace {
-
-// True when a zlib stream plausibly starts at b: the header check passes (RFC 1950
-// section 2.2) and inflating its first bytes raises no error. Text passes the header
-// check now and then ("HK", "(S", "x^"); it then fails within a few bytes. One inflate
-// state per thread, reset per probe, so a false start costs no allocation.
-bool zlib_start(const unsigned char* b, std::size_t n) noexcept {
-    if (n < 3 || !zlib_header(b[0], b[1]))
-        return false;
-    struct probe {
-        z_stream zs{};
-        bool ok = false;
-        probe() { ok = inflateInit2(&zs, 15) == Z_OK; }
-        ~probe() {
-            if (ok)
-                inflateEnd(&zs);
-        }
-    };
-    thread_local probe p;
-    if (!p.ok || inflateReset(&p.zs) != Z_OK)
-        return false;
-    unsigned char sink[256];
-    p.zs.next_in = const_cast<unsigned char*>(b);
-    p.zs.avail_in = static_cast<uInt>(std::min(n, embedded_probe));
-    p.zs.next_out = sink;
-    p.zs.avail_out = sizeof sink;
-    const int rc = inflate(&p.zs, Z_SYNC_FLUSH);
-    return rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR;
-}
-
-// A zlib CMF byte: CM 8, CINFO 0-7 (0x08, 0x18, ... 0x78).
-bool zlib_cmf(unsigned char c) noexcept {
-    return (c & 0x8f) == 0x08;
-}
-
-// Calls hit(k) for every offset k < end where embedded_offsets() reports a start, in order,
-// until hit returns false; a start's bytes are read up to data.size().
-template <class Hit>
-void each_embedded(std::string_view data, std::size_t end, Hit hit) {
-    const auto* b = reinterpret_cast<const unsigned char*>(data.data());
-    const std::size_t n = data.size();
-    end = std::min(end, n);
-    const auto check = [&](std::size_t k) {
-        const unsigned char c = b[k];
-        if ((c == 0x1f && gzip_magic(b + k, n - k)) || (c == 0x28 && zstd_magic(b + k, n - k)) ||
-            (c == 'B' && bzip2_magic(b + k, n - k)) || (zlib_cmf(c) && zlib_start(b + k, n - k)))
-            return hit(k);
-        return true;
-    };
-    std::size_t k = 0;
-#if defined(__SSE2__)
-    // 16 positions per test on the byte and the one after it, then only the positions a
-    // magic can start at: 1f 8b, 28 b5, "BZ", or a zlib CMF byte followed by a FLG without
-    // the preset-dictionary bit (lowercase letters, digits and most punctuation have it,
-    // so "hC" and "XG" are checked and "he" is not).
-    const auto eq = [](__m128i v, int c) {
-        return _mm_cmpeq_epi8(v, _mm_set1_epi8(static_cast<char>(c)));
-    };
-    for (; k + 17 <= n && k < end; k += 16) {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + k));
-        const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + k + 1));
-        const __m128i cmf = eq(_mm_and_si128(v, _mm_set1_epi8(static_cast<char>(0x8f))), 0x08);
-        const __m128i no_dict = eq(_mm_and_si128(w, _mm_set1_epi8(0x20)), 0);
-        const __m128i hits = _mm_or_si128(
-            _mm_or_si128(_mm_and_si128(cmf, no_dict), _mm_and_si128(eq(v, 0x1f), eq(w, 0x8b))),
-            _mm_or_si128(_mm_and_si128(eq(v, 0x28), eq(w, 0xb5)),
-                         _mm_and_si128(eq(v, 'B'), eq(w, 'Z'))));
-        for (auto m = static_cast<unsigned>(_mm_movemask_epi8(hits)); m != 0; m &= m - 1) {
-            const std::size_t at = k + static_cast<std::size_t>(__builtin_ctz(m));
-            if (at >= end || !check(at))
-                return;
-        }
-    }
-#endif
-    for (; k < end; ++k)
-        if (!check(k))
-            return;
-}
-
-} // namespace
-
-std::vector<std::size_t> embedded_offsets(std::string_view data) {
-    std::vector<std::size_t> at;
-    each_embedded(data, data.size(), [&](std::size_t k) {
-        at.push_back(k);
-        return true;
-    });
-    return at;
-}
-
-std::size_t first_embedded(std::string_view data, std::size_t end) {
-    std::size_t at = std::string_view::npos;
-    each_embedded(data, end, [&](std::size_t k) {
-        at = k;
-        return false;
-    });
-    return at;
-}
-
 inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
                        std::string_view& name, leftovers* left, bool* cut) {
     out.clear();
@@ -715,6 +595,10 @@ inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
     if (bzip2_magic(b, in.size())) {
         name = "bzip2";
         return bunzip2(in, limit, out, left, cut);
+    }
+    if (xz_header(b, in.size()) || lzma_alone_start(b, in.size())) {
+        name = b[0] == 0xfd ? "xz" : "lzma"; // props 0xfd is over 224: no .lzma starts so
+        return one_shot(name, in, limit, out, left, cut);
     }
     if (binary_looking(in)) {
         // The trial: a stream that ends (BFINAL) is raw DEFLATE; one that breaks off counts

@@ -1,11 +1,12 @@
 // Test-side encoders for the decoder leftover tests (tests/dlp/variants, tests/dlp): real
-// zlib, libzstd and libbrotlienc, plus the byte layouts the specifications give for the
-// parts a decoder skips (gzip header fields, RFC 1952 section 2.3.1; zstd skippable
-// frames, RFC 8878 section 3.1.2), so each test can put a secret exactly there.
+// zlib, libzstd, libbrotlienc, libbz2 and liblzma, plus the byte layouts the specifications give
+// for the parts a decoder skips (gzip header fields, RFC 1952 section 2.3.1; zstd skippable frames,
+// RFC 8878 section 3.1.2), so each test can put a secret exactly there.
 #pragma once
 
 #include <brotli/encode.h>
 #include <bzlib.h>
+#include <lzma.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -91,6 +92,33 @@ inline std::string bzip2(std::string_view in) {
         throw std::runtime_error("bzip2");
     out.resize(len);
     return out;
+}
+
+/// An .xz file (xz's -6 preset, CRC64 check), or with `alone` an .lzma file (the
+/// LZMA_Alone format: unknown size, an end marker), by liblzma's encoders.
+inline std::string xz(std::string_view in, bool alone = false) {
+    lzma_stream zs = LZMA_STREAM_INIT;
+    lzma_options_lzma opt;
+    lzma_lzma_preset(&opt, 6);
+    if ((alone ? lzma_alone_encoder(&zs, &opt) : lzma_easy_encoder(&zs, 6, LZMA_CHECK_CRC64)) !=
+        LZMA_OK)
+        throw std::runtime_error("lzma encoder");
+    std::string out(in.size() + in.size() / 2 + 4096, '\0');
+    zs.next_in = reinterpret_cast<const std::uint8_t*>(in.data());
+    zs.avail_in = in.size();
+    zs.next_out = reinterpret_cast<std::uint8_t*>(out.data());
+    zs.avail_out = out.size();
+    const lzma_ret rc = lzma_code(&zs, LZMA_FINISH);
+    out.resize(zs.total_out);
+    lzma_end(&zs);
+    if (rc != LZMA_STREAM_END)
+        throw std::runtime_error("lzma_code");
+    return out;
+}
+
+/// An .lzma file.
+inline std::string lzma(std::string_view in) {
+    return xz(in, true);
 }
 
 inline std::string zstd(std::string_view in) {

@@ -129,8 +129,9 @@ TEST_F(leftovers_test, further_members_and_streams_are_decoded) {
 }
 
 // Found by a red-team pass: zlib and bzip2 streams after other bytes were never opened (a
-// whole token in zlib after one byte reached the origin). Decoy magics in front do not
-// hide the real stream either.
+// whole token in zlib after one byte reached the origin), nor xz streams after other bytes
+// and lzma-alone streams anywhere (issue 25). Decoy magics in front do not hide the real
+// stream either.
 TEST_F(leftovers_test, every_compressed_stream_after_other_bytes_is_opened) {
     std::string lines;
     for (int k = 0; k < 200; ++k)
@@ -139,10 +140,13 @@ TEST_F(leftovers_test, every_compressed_stream_after_other_bytes_is_opened) {
     for (const auto& [what, packed] : std::vector<std::pair<std::string, std::string>>{
              {"zlib", tc::zlib_window(secret, 15)},
              {"zlib, 512-byte window", tc::zlib_window(secret, 9)},
-             {"bzip2", tc::bzip2(secret)}}) {
+             {"bzip2", tc::bzip2(secret)},
+             {"xz", tc::xz(secret)},
+             {"lzma", tc::lzma(secret)}}) {
         ASSERT_EQ(packed.find(tok_), std::string::npos) << what;
+        const bool lz = what == "xz" || what == "lzma";
         for (const std::string& junk : {"J"s, "header line\n"s, lines}) {
-            expect_found(body("", junk + packed), "",
+            expect_found(body("", junk + packed), lz ? "embedded>" + what : "",
                          what + " after " + std::to_string(junk.size()) + " bytes");
         }
     }
@@ -154,6 +158,136 @@ TEST_F(leftovers_test, every_compressed_stream_after_other_bytes_is_opened) {
     for (int k = 0; k < 40; ++k)
         decoys += "\x1f\x8b\x08 not a member ";
     expect_found(body("", decoys + tc::gzip(secret)), "", "gzip after 40 decoys");
+}
+
+// xz and lzma-alone streams in every place the other streams are opened: as the body, nested
+// (gzip of junk and an xz stream, xz of a zlib stream, lzma in a declared gzip body, xz in
+// a gzip leftover), the second of two, inside base64. Each reached the origin before.
+TEST_F(leftovers_test, xz_and_lzma_streams_are_opened_wherever_they_are) {
+    std::string lines;
+    for (int k = 0; k < 200; ++k)
+        lines += "entry " + std::to_string(k * 7919 % 1000) + " of the log\n";
+    const std::string secret = lines + "key=" + tok_ + "\n";
+    const std::string x = tc::xz(secret);
+    const std::string l = tc::lzma(secret);
+    expect_found(body("", x), "xz", "an xz body");
+    expect_found(body("", l), "lzma", "an lzma body");
+    expect_found(body("", tc::gzip("junk\n" + x)), "gzip>xz", "gzip of junk + xz");
+    expect_found(body("", "J" + tc::gzip("junk\n" + l)), "", "gzip of junk + lzma after junk");
+    expect_found(body("", tc::xz(tc::zlib_window(secret, 15))), "xz>deflate", "xz of zlib");
+    expect_found(body("", "pad" + tc::lzma(tc::zlib_window(secret, 15))), "embedded>lzma>deflate",
+                 "lzma of zlib after junk");
+    expect_found(body("gzip", tc::gzip(lines + l)), "gzip>embedded>lzma", "lzma in a gzip body");
+    expect_found(body("gzip", tc::gzip(lines) + "\0\0" + x), "", "xz in a gzip leftover");
+    expect_found(body("", tc::xz(lines) + x), "xz>leftover>xz", "the second of two xz streams");
+    expect_found(body("", tc::lzma(lines) + l), "lzma>leftover>lzma", "the second of two lzmas");
+    expect_found(body("", "data: " + tc::base64(l) + "\n"), "base64>lzma", "base64 of lzma");
+    // A multipart part in base64 (Content-Transfer-Encoding) that is an .xz or .lzma file
+    // (libarchive opened the .xz one as the part; the pipeline opens both now).
+    for (const auto& [what, file] :
+         std::vector<std::pair<std::string, std::string>>{{"xz", x}, {"lzma", l}}) {
+        const std::string mp = "--b\r\nContent-Disposition: form-data; name=\"f\"; "
+                               "filename=\"a." +
+                               what + "\"\r\nContent-Transfer-Encoding: base64\r\n\r\n" +
+                               tc::spaced(tc::base64(file), 76, "\r\n") + "\r\n--b--\r\n";
+        expect_found(body("", mp, "multipart/form-data; boundary=b"), "",
+                     "a multipart part in base64 that is " + what);
+    }
+    // An .lzma dictionary declared larger than the 64 MiB liblzma is given: decoded the same.
+    std::string big = l;
+    big[3] = 0; // 1 GiB, 2^30, as `xz --format=lzma --lzma1=dict=1GiB` writes it
+    big[4] = 0x40;
+    ASSERT_EQ(big.substr(1, 4), std::string("\0\0\0\x40", 4));
+    expect_found(body("", "J" + big), "embedded>lzma", "lzma with a 1 GiB dictionary");
+}
+
+// A stream cut short after other bytes is recorded as cut (inspector::cut_streams: a
+// window that nothing follows is refused); a corrupt one is scanned as far as it decodes
+// and is not cut, like a corrupt gzip member. An .xz body that is corrupt is bad_encoding,
+// as when libarchive read it; one cut short is scanned as far as it decodes.
+TEST_F(leftovers_test, cut_and_corrupt_xz_and_lzma_streams) {
+    std::string lines;
+    for (int k = 0; k < 2000; ++k)
+        lines += "entry " + std::to_string(k * 7919 % 1000) + " of the log\n";
+    const auto scan = [&](std::string_view data, std::vector<cut_stream>& cuts) {
+        inspector ins(pol_, *scanner_);
+        auto v = ins.on_body(data);
+        cuts = ins.cut_streams();
+        return v;
+    };
+    for (const std::string name : {"xz", "lzma"}) {
+        const std::string packed = tc::xz(lines + tok_ + "\n", name == "lzma");
+        const std::string junk = "header line\n";
+        std::vector<cut_stream> cuts;
+        auto v = scan(junk + packed.substr(0, packed.size() / 2), cuts);
+        EXPECT_EQ(v.kind, verdict_kind::forward) << name << " " << v.reason;
+        ASSERT_EQ(cuts.size(), 1u) << name;
+        EXPECT_EQ(cuts[0].at, junk.size()) << name;
+        EXPECT_EQ(cuts[0].outer, name);
+        v = scan(packed.substr(0, packed.size() / 2), cuts);
+        EXPECT_EQ(v.kind, verdict_kind::forward) << name << " " << v.reason;
+        ASSERT_EQ(cuts.size(), 1u) << name;
+        EXPECT_EQ(cuts[0].at, 0u) << name;
+        std::string bad = packed;
+        for (std::size_t i = 40; i < 60; ++i)
+            bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+        v = scan(junk + bad, cuts);
+        EXPECT_EQ(v.kind, verdict_kind::forward) << name << " " << v.reason;
+        EXPECT_TRUE(cuts.empty()) << name;
+        v = scan(bad, cuts);
+        if (name == "xz") {
+            EXPECT_EQ(v.status, 400) << name;
+            EXPECT_EQ(v.reason, "bad_encoding") << name;
+        } else {
+            EXPECT_EQ(v.kind, verdict_kind::forward) << name << " " << v.reason;
+        }
+    }
+}
+
+// Look-alikes are not streams: text never has the zero byte 13 of an .lzma header, an xz
+// magic with a wrong header CRC32 is not an xz stream, and neither is a real .lzma header
+// (liblzma's own) followed by text or by the zero-heavy tables of a binary, nor random
+// bytes. The clean bodies pass, and no xz or lzma start is found in them.
+TEST_F(leftovers_test, xz_and_lzma_look_alikes_are_not_streams) {
+    std::string lines;
+    for (int k = 0; k < 200; ++k)
+        lines += "entry " + std::to_string(k * 7919 % 1000) + " of the log\n";
+    const std::string x = tc::xz(lines);
+    const std::string l = tc::lzma(lines);
+    std::string bad_crc = x.substr(0, 12);
+    bad_crc[8] = static_cast<char>(bad_crc[8] ^ 1);
+    std::string table; // little-endian 32-bit counters and offsets, as in an ELF file
+    for (std::uint32_t k = 0; table.size() < 64 * 1024; ++k)
+        for (const std::uint32_t v : {k, 0u, 4096u * k, 0x100u, 0u, 0u})
+            for (int b = 0; b < 4; ++b)
+                table += static_cast<char>((v >> (8 * b)) & 0xff);
+    std::string noise(256 * 1024, '\0');
+    std::uint64_t r = 88172645463325252u;
+    for (auto& ch : noise) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        ch = static_cast<char>(r);
+    }
+    for (const auto& [what, data] : std::vector<std::pair<std::string, std::string>>{
+             {"text", "\xfd"s + "7zXZ, ] and ]\x80 (text has no zero bytes) 7zXZ " + lines},
+             {"bad crc", lines + bad_crc + lines},
+             {"lzma header + text", lines + l.substr(0, 14) + lines},
+             {"lzma header + table", l.substr(0, 14) + table},
+             {"table", table},
+             {"noise", noise}}) {
+        const auto v = body("", data);
+        EXPECT_EQ(v.kind, verdict_kind::forward) << what << ": " << v.status << " " << v.reason;
+        std::string_view coding;
+        std::size_t from = 0;
+        while (from < data.size()) {
+            const std::size_t k = decode::first_embedded(std::string_view(data).substr(from),
+                                                         data.size() - from, &coding);
+            if (k == std::string_view::npos)
+                break;
+            EXPECT_NE(coding, "xz") << what << " at " << from + k;
+            EXPECT_NE(coding, "lzma") << what << " at " << from + k;
+            from += k + 1;
+        }
+    }
 }
 
 // A tool call split over two fields and gzipped, sent without a Content-Encoding: the
@@ -331,4 +465,65 @@ TEST(decode_leftovers, bzip2_stream_decoder) {
     decode::stream_decoder junk("bzip2");
     out.clear();
     EXPECT_EQ(junk.feed("BZh9 is not a block", 1 << 24, out), decode::inflate_status::error);
+}
+
+// The internal "xz" and "lzma" stream decoders (liblzma): the bytes sniffed() gives at every
+// split, the end of the stream when other bytes follow (consumed() stops there, the rest
+// a leftover), the output limit, a truncated stream, and what embedded_offsets and
+// first_embedded report for them.
+TEST(decode_leftovers, xz_and_lzma_stream_decoders) {
+    std::string text;
+    for (int k = 0; k < 20000; ++k)
+        text += "line " + std::to_string(k * 7919 % 1000) + "\n";
+    for (const std::string coding : {"xz", "lzma"}) {
+        const std::string one = tc::xz(text, coding == "lzma");
+        std::string whole;
+        std::string_view name;
+        ASSERT_EQ(decode::sniffed(one, 1 << 24, whole, name), decode::inflate_status::ok);
+        EXPECT_EQ(name, coding);
+        ASSERT_EQ(whole, text);
+        const std::string tail = "trailing bytes";
+        const std::string in = one + tail;
+        for (const std::size_t step : {1u, 3u, 7u, 100u, 4096u}) {
+            decode::stream_decoder d(coding);
+            ASSERT_TRUE(d.valid());
+            d.keep_leftovers(true);
+            std::string out;
+            for (std::size_t i = 0; i < in.size(); i += step)
+                ASSERT_EQ(d.feed(std::string_view(in).substr(i, step), 1 << 24, out),
+                          decode::inflate_status::ok)
+                    << coding << " step " << step << " at " << i;
+            EXPECT_EQ(d.finish(), decode::inflate_status::ok) << coding << step;
+            EXPECT_TRUE(d.ended()) << coding << step;
+            EXPECT_EQ(d.consumed(), one.size()) << coding << step;
+            ASSERT_EQ(d.left().size(), 1u) << coding << step;
+            EXPECT_EQ(d.left().front(), tail) << coding << step;
+            EXPECT_EQ(out, text) << coding << step;
+        }
+        decode::stream_decoder small(coding);
+        std::string out;
+        EXPECT_EQ(small.feed(one, 1000, out), decode::inflate_status::over_limit) << coding;
+        EXPECT_LE(out.size(), 1000u);
+        decode::stream_decoder cut(coding);
+        out.clear();
+        EXPECT_EQ(cut.feed(std::string_view(one).substr(0, one.size() / 2), 1 << 24, out),
+                  decode::inflate_status::ok)
+            << coding;
+        EXPECT_EQ(cut.finish(), decode::inflate_status::error) << coding;
+        bool was_cut = false;
+        EXPECT_EQ(decode::sniffed(std::string_view(one).substr(0, one.size() / 2), 1 << 24, out,
+                                  name, nullptr, &was_cut),
+                  decode::inflate_status::error);
+        EXPECT_TRUE(was_cut) << coding;
+        const std::string body = "J" + one + "\n" + one;
+        EXPECT_EQ(decode::embedded_offsets(body), (std::vector<std::size_t>{1, one.size() + 2}))
+            << coding;
+        std::string_view found;
+        EXPECT_EQ(decode::first_embedded(body, body.size(), &found), 1u);
+        EXPECT_EQ(found, coding);
+    }
+    decode::stream_decoder junk("xz");
+    std::string out;
+    EXPECT_EQ(junk.feed("\xfd"s + "7zXZ and not a stream", 1 << 24, out),
+              decode::inflate_status::error);
 }

@@ -2,9 +2,9 @@
 // cabinet files (npm publish tarballs, artifact uploads, a zip in a multipart part), listed
 // and their members read by libarchive (archive_read_support_format_*; libarchive's
 // formats page, https://github.com/libarchive/libarchive/wiki/LibarchiveFormats), never
-// by a hand-written reader. xz, lzma, lz4 and compress (.Z) layers are opened here too;
-// gzip, zlib, bzip2 and zstd are opened by the variant pipeline itself (decode.hpp), so
-// a .tar.gz reaches this reader as the tar inside the gzip, at the next depth.
+// by a hand-written reader. lz4 and compress (.Z) layers are opened here too; gzip, zlib,
+// bzip2, zstd, xz and lzma are opened by the variant pipeline itself (decode.hpp), so a
+// .tar.gz or .tar.xz reaches this reader as the tar inside the stream, at the next depth.
 //
 // zip is read as a stream of local file headers (the "streamable" reader: every entry
 // physically present, in order, whatever the central directory lists), so an entry left
@@ -37,7 +37,7 @@ enum class read_status {
 /// stored, `bytes` its data; directories and links have none and are not called), then
 /// once with an empty `member` and `bytes` the member names, one per line ("name ->
 /// target" for links), which are the sender's own text. `format` names the layers,
-/// outermost first, joined by '>' ("zip", "tar", "xz>tar", "7zip", "xz" for an xz file
+/// outermost first, joined by '>' ("zip", "tar", "lz4>tar", "7zip", "lz4" for an lz4 file
 /// that holds no archive). Return false to stop.
 using visitor =
     std::function<bool(std::string_view format, std::string_view member, std::string_view bytes)>;
@@ -51,7 +51,7 @@ read_status read_archives(std::string_view data, std::size_t max_bytes, std::siz
                           const visitor& each);
 
 /// True when `data` may hold an archive for read_archives: a known signature at offset 0
-/// (zip, 7z, RAR, xz, lz4, compress, cabinet, xar, ar, cpio, tar's "ustar" at 257, ISO
+/// (zip, 7z, RAR, lz4, compress, cabinet, xar, ar, cpio, tar's "ustar" at 257, ISO
 /// 9660's "CD001" at 32769) or a zip local file header anywhere. One memchr pass.
 bool may_hold_archive(std::string_view data) noexcept;
 

@@ -6,16 +6,17 @@
 // piece scanned again in front of the next, so a secret that straddles two pieces is
 // found before any of it is released. A compressed stream is decoded across pieces with
 // one decoder state (decode::stream_decoder): the declared Content-Encoding from the
-// first byte, and any gzip member, zstd frame, bzip2 stream or zlib stream (RFC 1950)
-// that starts anywhere in the raw bytes (a compressed file sent without Content-Encoding,
-// or after other bytes), found as decode::embedded_offsets() finds them for a whole body;
-// a start cut by the end of a piece is decided when the next piece is there. A false
-// start fails within bytes and the search goes on after its first byte. The decoded bytes
-// are a body of their own, given to an inner body_stream with the same window/tail
-// discipline, so a stream inside a decoded stream (gzip of a zlib stream) is decoded
-// across windows too, three levels down. A raw byte is released only when the decoded
-// bytes it produced have `overlap` bytes of decoded context scanned after them (and, for
-// a stream inside them, the same holds one level in).
+// first byte, and any gzip member, zstd frame, bzip2 stream, zlib stream (RFC 1950), .xz
+// stream or .lzma (LZMA_Alone) stream that starts anywhere in the raw bytes (a compressed
+// file sent without Content-Encoding, or after other bytes), found as
+// decode::embedded_offsets() finds them for a whole body; a start cut by the end of a
+// piece is decided when the next piece is there. A false start fails within bytes and the
+// search goes on after its first byte. The decoded bytes are a body of their own, given to
+// an inner body_stream with the same window/tail discipline, so a stream inside a decoded
+// stream (gzip of a zlib stream) is decoded across windows too, three levels down. A raw
+// byte is released only when the decoded bytes it produced have `overlap` bytes of
+// decoded context scanned after them (and, for a stream inside them, the same holds one
+// level in).
 //
 // Any other compressed stream a window's scan opens and finds cut short by the end of the
 // window (inspector::cut_streams(): a stream inside base64 or hex, raw DEFLATE, a stream

@@ -72,8 +72,13 @@ inflate_status content(std::string_view coding, std::string_view in, std::size_t
                        std::string& out, leftovers* left = nullptr, bool* cut = nullptr);
 
 /// A compressed stream recognised by its magic, for bytes that came without a
-/// Content-Encoding: zstd (28 b5 2f fd), gzip (1f 8b 08) or zlib (CMF/FLG check). `name`
-/// is set to "zstd", "gzip" or "deflate"; `unknown` when no magic matches. On `error`
+/// Content-Encoding: zstd (28 b5 2f fd), gzip (1f 8b 08), zlib (CMF/FLG check), bzip2
+/// ("BZh1".."BZh9" and a block or end magic), xz (its stream header, The .xz File Format
+/// 1.1.0 section 2.1.1; liblzma), lzma (an LZMA_Alone header that passes the checks of
+/// src/decoders/magic.hpp and whose first bytes decode; liblzma), else raw DEFLATE tried on
+/// binary-looking bytes. `name` is set to "zstd", "gzip", "deflate", "bzip2", "xz", "lzma"
+/// or "raw-deflate"; `unknown` when none matches. One .xz or .lzma stream is decoded; bytes
+/// after it are leftovers (another stream there is one embedded_offsets() finds). On `error`
 /// (truncated or corrupt stream) `out` holds what was decoded before the fault, which is
 /// still worth scanning. Bounded by `limit` like content(); `left` and `cut` as for
 /// content() (`cut` is false when no stream was recognised).
@@ -85,31 +90,42 @@ inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
 std::vector<std::size_t> magic_offsets(std::string_view data, std::size_t max);
 
 /// Every offset in `data` where a compressed stream that sniffed() opens may start: a gzip
-/// member, a zstd frame, a bzip2 stream ("BZh1".."BZh9" and a block or end magic) or a
-/// zlib stream (RFC 1950 header check, and its first bytes inflate without an error).
+/// member, a zstd frame, a bzip2 stream ("BZh1".."BZh9" and a block or end magic), a zlib
+/// stream (RFC 1950 header check, and its first bytes inflate without an error), an .xz
+/// stream (magic FD 37 7A 58 5A 00, Stream Flags and their CRC32: The .xz File Format 1.1.0
+/// section 2.1.1) or an .lzma stream (LZMA_Alone, which has no magic: properties,
+/// dictionary size, uncompressed size and first range-coder byte as xz-utils'
+/// lzma_alone_decoder and the LZMA SDK's lzma-file-format.txt give them, bounded as
+/// src/decoders/magic.hpp says, and its first bytes decode without an error through
+/// liblzma). Text never starts an .lzma stream (byte 13 of one is zero).
 /// All of them, in order: the caller bounds the work (each offset is a candidate).
 std::vector<std::size_t> embedded_offsets(std::string_view data);
 
-/// Bytes after an offset that embedded_offsets() reads to decide on it: the zlib probe
-/// inflates up to this many (the longest magic, bzip2's with its block magic, is 10). With
+/// Bytes after an offset that embedded_offsets() reads to decide on it: the zlib and .lzma
+/// probes decode up to this many (the longest fixed header, an .xz stream header, is 12). With
 /// fewer there, a start may be reported that more bytes would rule out, or a bzip2 or zlib
 /// start missed; a caller that has only part of a body holds the last ones back.
 inline constexpr std::size_t embedded_probe = 256;
 
 /// The first offset below `end` that embedded_offsets(data) reports (its probe reads the
 /// bytes after `end` too), or npos: for a body seen in pieces, which searches up to the
-/// last embedded_probe bytes of what it has and starts a decoder at the first hit.
-std::size_t first_embedded(std::string_view data, std::size_t end);
+/// last embedded_probe bytes of what it has and starts a decoder at the first hit. When
+/// `coding` is not null it is set to the stream_decoder coding for it: "gzip", "zstd",
+/// "bzip2", "zlib", "xz" or "lzma".
+std::size_t first_embedded(std::string_view data, std::size_t end,
+                           std::string_view* coding = nullptr);
 
 /// One Content-Encoding decoder fed a body piece by piece (a streamed body, RFC 9112
 /// chunks, windows): the same codings and the same output bound as content(), with one
 /// zlib/brotli/zstd state for the whole stream, so a stream split anywhere decodes to the
 /// same bytes as whole. "deflate" picks the zlib wrapper when the first two bytes pass its
 /// header check (RFC 1950 section 2.2), else raw DEFLATE (RFC 1951). Internal codings for
-/// streams recognised by their magic: "zlib" (wrapper only), "raw-deflate", and "bzip2"
-/// (libbz2; bzip2 is no HTTP coding). After the stream ends (ended()), further bytes are not
-/// decoded (gzip: unless they start another member; bzip2: unless they start "BZh1".."BZh9",
-/// another stream).
+/// streams recognised by their magic: "zlib" (wrapper only), "raw-deflate", "bzip2"
+/// (libbz2; bzip2 is no HTTP coding), "xz" and "lzma" (one .xz or .lzma stream, liblzma:
+/// 80 MiB of decoder memory at most, more is over_limit; an .lzma dictionary declared over
+/// 64 MiB is over_limit past 64 MiB of output). After the stream ends (ended()), further
+/// bytes are not decoded (gzip: unless they start another member; bzip2: unless they start
+/// "BZh1".."BZh9", another stream).
 /// Not thread safe; movable, not copyable. Never throws except std::bad_alloc.
 class stream_decoder {
 public:

@@ -132,7 +132,7 @@ struct cut_stream {
     /// Offset in the body of the stream's first byte, or of the encoded run it came from.
     std::size_t at = 0;
     /// The stream's name as sniffed ("gzip", "zstd", "bzip2", "deflate" for a zlib stream,
-    /// "raw-deflate") for the first kind; empty for one decoded from a run.
+    /// "xz", "lzma", "raw-deflate") for the first kind; empty for one decoded from a run.
     std::string outer;
 };
 
@@ -162,9 +162,12 @@ public:
     /// "body". A coded body is also scanned as it is on the wire (variant "raw"), and every
     /// decoder leftover (decode::leftovers: gzip header fields, zstd skippable frames,
     /// bytes after the end of a stream) is scanned as variant "<coding>>leftover", and
-    /// decoded again when it holds a further stream ("gzip>leftover>gzip"). gzip and zstd
-    /// streams that start after other bytes of the (decoded) body are opened too (variant
-    /// "embedded>gzip"; at most 16 per body). The values of a JSON body (by Content-Type, or
+    /// decoded again when it holds a further stream ("gzip>leftover>gzip"). Compressed
+    /// streams without a Content-Encoding are opened by their magic (decode::sniffed: gzip,
+    /// zstd, zlib, bzip2, xz, lzma; variant "xz" for an .xz body), at the start and after
+    /// other bytes of the (decoded) body (decode::embedded_offsets; variant "embedded>xz",
+    /// each start a candidate). An .xz body that is corrupt (not cut short) is
+    /// bad_encoding. The values of a JSON body (by Content-Type, or
     /// any body starting with '{' or '['), a form, the parts of a multipart body and the
     /// events of an event stream are scanned joined (src/joined.hpp): a finding that spans
     /// several values has variant "<extraction>:<ordinals>" ("json:2+5", 1-based, in
