@@ -71,6 +71,10 @@ bool xz_header(const unsigned char* b, std::size_t n) noexcept {
            lzma_crc32(b + 6, 2, 0) == le32(b + 8);
 }
 
+bool lzma_alone_prefix(const unsigned char* b, std::size_t n) noexcept {
+    return n >= 5 && b[0] <= 224 && plausible_dict(le32(b + 1));
+}
+
 bool lzma_alone_start(const unsigned char* b, std::size_t n) noexcept {
     if (n < alone_header + 5 || b[0] > 224 || b[alone_header] != 0 || !plausible_dict(le32(b + 1)))
         return false;
@@ -106,15 +110,18 @@ bool lzma_alone_start(const unsigned char* b, std::size_t n) noexcept {
     // when the dictionary size is the same). The dictionary is taken as probe_dict at
     // most, which the output cannot outgrow: the same bytes as with the declared one.
     thread_local stream_free probe;
-    thread_local std::array<unsigned char, probe_dict> sink;
+    // On the heap: a 64 KiB thread_local array would sit in every thread's static TLS,
+    // which glibc carves out of the thread's stack (the metrics server's small-stack
+    // threads overflowed under ASan).
+    thread_local const std::unique_ptr<unsigned char[]> sink(new unsigned char[probe_dict]);
     lzma_stream& s = probe.s;
     if (lzma_alone_decoder(&s, UINT64_MAX) != LZMA_OK)
         return false;
     const auto head = capped_header(b, probe_dict);
     s.next_in = head.data();
     s.avail_in = head.size();
-    s.next_out = sink.data();
-    s.avail_out = sink.size();
+    s.next_out = sink.get();
+    s.avail_out = probe_dict;
     lzma_ret rc = lzma_code(&s, LZMA_RUN);
     if (rc != LZMA_OK || s.avail_in != 0)
         return false;
@@ -122,7 +129,7 @@ bool lzma_alone_start(const unsigned char* b, std::size_t n) noexcept {
     s.avail_in = stop - alone_header;
     while (rc == LZMA_OK && s.avail_in > 0 && s.avail_out > 0)
         rc = lzma_code(&s, LZMA_RUN);
-    const bool some = s.avail_out < sink.size();
+    const bool some = s.avail_out < probe_dict;
     if (must_end)
         return rc == LZMA_STREAM_END && some;
     return (rc == LZMA_OK || rc == LZMA_STREAM_END) && some;
