@@ -233,6 +233,24 @@ bool plausible_b64(const unsigned char* p) noexcept {
     return text >= 9 || decode::looks_compressed(s);
 }
 
+// Whether the 12 bytes that 16 base64 characters decode to start a compressed stream
+// (decode::starts_compressed).
+bool shifted_compressed_b64(const unsigned char* p) noexcept {
+    char buf[12];
+    const auto quantum = [&](int g) {
+        const unsigned char* q = p + 4 * g;
+        const std::uint32_t v = (std::uint32_t{b64_values[q[0]]} << 18) |
+                                (std::uint32_t{b64_values[q[1]]} << 12) |
+                                (std::uint32_t{b64_values[q[2]]} << 6) | b64_values[q[3]];
+        buf[3 * g] = static_cast<char>(v >> 16);
+        buf[3 * g + 1] = static_cast<char>((v >> 8) & 0xFF);
+        buf[3 * g + 2] = static_cast<char>(v & 0xFF);
+    };
+    for (int g = 0; g < 4; ++g)
+        quantum(g);
+    return decode::starts_compressed(std::string_view(buf, 12));
+}
+
 // The same test for base64 that may start 1-3 bytes into a run, after a glued word
 // ("upl<base64>"). Stricter, because identifiers and paths are tried at three more
 // alignments and, at one of them, often decode to 12 bytes that pass plausible_b64
@@ -242,7 +260,7 @@ bool plausible_b64(const unsigned char* p) noexcept {
 // text corpus one run in ~150,000 passes this, against ~12,000 for plausible_b64.
 // Usually decided by the first 4 characters looked at.
 bool plausible_shifted_b64(const unsigned char* p) noexcept {
-    if (std::memcmp(p, "H4sI", 4) == 0)
+    if (std::memcmp(p, "H4sI", 4) == 0 || shifted_compressed_b64(p))
         return true;
     for (int g = 3; g >= 1; --g) {
         const unsigned char* q = p + 4 * g;

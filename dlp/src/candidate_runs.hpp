@@ -247,6 +247,38 @@ void spaced_regions(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
     flush();
 }
 
+// Where to decode a long base64 run whose start decodes to binary, as an offset into
+// `run` (0-3). A word glued before the base64 ("upl" + base64 of a file) shifts every
+// later quantum, and decoding from the run's start turns the file into noise:
+// - a padded run (RFC 4648 section 4: a whole number of 4-character quanta) starts its
+//   base64 at its number of characters (line breaks not counted) mod 4;
+// - else the first alignment whose first 12 bytes start a compressed stream that
+//   sniffed() opens (decode::starts_compressed);
+// - else the run's start (a run may end in other bytes of the alphabet, "--boundary").
+std::size_t binary_alignment(std::string_view run) noexcept {
+    if (run.ends_with('=')) {
+        std::size_t chars = 0; // line breaks of wrapped base64 are not characters
+        for (const char ch : run)
+            chars += ch != '\r' && ch != '\n' && ch != ' ' && ch != '\t';
+        return chars % 4;
+    }
+    for (std::size_t k = 0; k < 4 && k + 16 <= run.size(); ++k) {
+        char buf[12];
+        const auto* q = reinterpret_cast<const unsigned char*>(run.data() + k);
+        for (int g = 0; g < 4; ++g, q += 4) {
+            const std::uint32_t v = (std::uint32_t{b64_values[q[0]]} << 18) |
+                                    (std::uint32_t{b64_values[q[1]]} << 12) |
+                                    (std::uint32_t{b64_values[q[2]]} << 6) | b64_values[q[3]];
+            buf[3 * g] = static_cast<char>(v >> 16);
+            buf[3 * g + 1] = static_cast<char>((v >> 8) & 0xFF);
+            buf[3 * g + 2] = static_cast<char>(v & 0xFF);
+        }
+        if (decode::starts_compressed(std::string_view(buf, sizeof buf)))
+            return k;
+    }
+    return 0;
+}
+
 } // namespace
 
 } // namespace sluice::dlp

@@ -329,10 +329,9 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
             bool cut = false;
             const auto rc = decode::content(zstd ? "zstd" : "deflate", decoded, decode_room(),
                                             inflated, nullptr, &cut);
+            const bool gz = rc == decode::inflate_status::error && !zstd && !cut;
             const auto rg =
-                rc == decode::inflate_status::error && !zstd && !cut
-                    ? decode::content("gzip", decoded, decode_room(), inflated, nullptr, &cut)
-                    : rc;
+                gz ? decode::content("gzip", decoded, decode_room(), inflated, nullptr, &cut) : rc;
             if (rg == decode::inflate_status::over_limit)
                 return variant_status::over_budget;
             if (cut && !lossy(chain))
@@ -349,10 +348,19 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                     chain += '>';
                 chain += step;
                 std::string mine = std::move(inflated);
-                auto st = try_decoded(mine, zstd ? "zstd" : "gzip", chain, depth + 1, o, l, c);
+                // Named as sniffed() names them: a zlib stream is "deflate".
+                const char* coding = zstd ? "zstd" : gz ? "gzip" : "deflate";
+                auto st = try_decoded(mine, coding, chain, depth + 1, o, l, c);
                 chain.resize(saved);
                 return st;
             }
+        }
+        if (!decode::looks_compressed(decoded) && decode::starts_compressed(decoded)) {
+            // bzip2, xz or lzma: opened at the next depth (open_compressed), which names
+            // the coding, and scanned as they are if they do not decode.
+            useful = true;
+            std::string mine = std::move(decoded);
+            return try_decoded(mine, step, chain, depth, o, l, c);
         }
         if (!mostly_printable(decoded)) {
             // Binary from hex (a key store, a blob with a key's base64 appended): the
@@ -687,7 +695,8 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                     // rules as they are, with no decoding beyond (binary is not text).
                     if (!count())
                         return variant_status::over_budget;
-                    if (decode::base64(data.substr(i, end - i), decoded)) {
+                    const std::size_t at = i + binary_alignment(data.substr(i, end - i));
+                    if (decode::base64(data.substr(at, end - at), decoded)) {
                         if (!charge(decoded.size()))
                             return variant_status::over_budget;
                         // Scanned at the next depth with its own candidates: base64 or

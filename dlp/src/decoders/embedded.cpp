@@ -160,6 +160,13 @@ void each_embedded(std::string_view data, std::size_t end, Hit hit) {
 
 } // namespace
 
+bool starts_compressed(std::string_view data) noexcept {
+    const auto* b = reinterpret_cast<const unsigned char*>(data.data());
+    const std::size_t n = std::min<std::size_t>(data.size(), 12);
+    return gzip_magic(b, n) || zstd_magic(b, n) || (n >= 2 && zlib_header(b[0], b[1])) ||
+           bzip2_magic(b, n) || xz_header(b, n) || lzma_alone_prefix(b, n);
+}
+
 std::vector<std::size_t> embedded_offsets(std::string_view data) {
     std::vector<std::size_t> at;
     each_embedded(data, data.size(), [&](std::size_t k, std::string_view) {

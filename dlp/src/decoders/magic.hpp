@@ -61,6 +61,10 @@ bool xz_header(const unsigned char* b, std::size_t n) noexcept;
 /// is not found.
 bool lzma_alone_start(const unsigned char* b, std::size_t n) noexcept;
 
+/// The checks of lzma_alone_start() on bytes 0-4 only (properties, dictionary size), for a
+/// prefix too short to hold the rest.
+bool lzma_alone_prefix(const unsigned char* b, std::size_t n) noexcept;
+
 /// One .xz stream (`alone` false) or .lzma stream (true) decoded by liblzma, fed piece by
 /// piece (stream_decoder's "xz" and "lzma" codings). An .xz stream may be any of the
 /// stream's filters liblzma decodes (LZMA2, BCJ, delta); its check is verified. liblzma's

@@ -527,3 +527,52 @@ TEST(decode_leftovers, xz_and_lzma_stream_decoders) {
     EXPECT_EQ(junk.feed("\xfd"s + "7zXZ and not a stream", 1 << 24, out),
               decode::inflate_status::error);
 }
+
+// Base64 of a file glued to a word whose length is not a multiple of 4 ("ab" + base64):
+// decoded from the run's start every quantum is shifted and the file is noise. Each
+// coding sniffed() opens, padded and unpadded, after glued words of 1-4 characters, and
+// an uncompressed binary file (padded) with a base64 token inside it. Before, only gzip was found
+// this way (its "H4sI" start was tried at the shifted alignments); zlib, bzip2, xz and
+// lzma reached the origin.
+TEST_F(leftovers_test, base64_of_a_file_glued_to_a_word_is_decoded_where_it_starts) {
+    const std::string text = "token=" + tok_ + "\n" + text_;
+    std::string bin;
+    for (int k = 0; k < 90; ++k)
+        bin += static_cast<char>((k * 131 + 7) % 256 | 0x80);
+    const std::pair<std::string, std::string> files[] = {
+        {"gzip", tc::gzip(text)},          {"deflate", tc::zlib(text)}, {"bzip2", tc::bzip2(text)},
+        {"zstd", tc::zstd(text)},          {"xz", tc::xz(text)},        {"lzma", tc::lzma(text)},
+        {"", bin + tc::base64(tok_) + bin}};
+    for (const auto& [coding, file] : files) {
+        std::string b64 = tc::base64(file);
+        for (const bool padded : {true, false}) {
+            // Unpadded binary with no compressed start cannot tell its alignment (README).
+            if (coding.empty() && !padded)
+                continue;
+            std::string run = b64;
+            if (!padded)
+                while (!run.empty() && run.back() == '=')
+                    run.pop_back();
+            for (const std::string glue : {"a", "ab", "abc", "abcd"}) {
+                const std::string what = "'" + glue + "' + base64 of " +
+                                         (coding.empty() ? "binary" : coding) +
+                                         (padded ? "" : ", unpadded");
+                expect_found(body("", "{\"upload\": \"" + glue + run + "\"}", "application/json"),
+                             coding.empty() ? "" : "base64>" + coding, what);
+            }
+        }
+    }
+}
+
+TEST(decode_leftovers, starts_compressed_reads_only_the_first_bytes_of_each_coding) {
+    const std::string s = "hello world, a long enough line of text";
+    for (const auto& file :
+         {tc::gzip(s), tc::zlib(s), tc::bzip2(s), tc::zstd(s), tc::xz(s), tc::lzma(s)}) {
+        EXPECT_TRUE(decode::starts_compressed(file.substr(0, 12)));
+        EXPECT_TRUE(decode::starts_compressed(file));
+    }
+    for (const std::string& t : {"hello world, a long"s, "{\"a\": 1}"s, ""s, "BZh9 not bzip"s,
+                                 "\xfd"
+                                 "7zXZ\x00\x00\x01\x02\x03\x04\x05"s})
+        EXPECT_FALSE(decode::starts_compressed(t)) << t;
+}

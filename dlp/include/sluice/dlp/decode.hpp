@@ -89,6 +89,14 @@ inflate_status sniffed(std::string_view in, std::size_t limit, std::string& out,
 /// a stream, in order, at most `max` of them: compressed bytes hidden after other bytes.
 std::vector<std::size_t> magic_offsets(std::string_view data, std::size_t max);
 
+/// True if the first bytes of `data` read like the start of any stream sniffed() opens,
+/// judged from at most 12 bytes and without decoding: a gzip member, a zstd frame, a zlib
+/// header, bzip2's "BZh1".."BZh9" and block or end magic, an .xz stream header (all 12
+/// bytes), or an .lzma header's properties and dictionary size (bytes 0-4, bounded as
+/// embedded_offsets() bounds them). A cheap test of where a stream may start (such as
+/// which alignment of a base64 run to decode): sniffed() decides.
+bool starts_compressed(std::string_view data) noexcept;
+
 /// Every offset in `data` where a compressed stream that sniffed() opens may start: a gzip
 /// member, a zstd frame, a bzip2 stream ("BZh1".."BZh9" and a block or end magic), a zlib
 /// stream (RFC 1950 header check, and its first bytes inflate without an error), an .xz
