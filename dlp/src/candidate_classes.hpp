@@ -208,6 +208,20 @@ constexpr std::array<unsigned char, 256> make_b64_values() {
 }
 constexpr auto b64_values = make_b64_values();
 
+// The 12 bytes that the 16 base64 characters at p decode to (either alphabet, RFC 4648
+// sections 4 and 5); the caller has checked that they are in it.
+void b64_decode16(const unsigned char* p, char* out) noexcept {
+    for (int g = 0; g < 4; ++g) {
+        const unsigned char* q = p + 4 * g;
+        const std::uint32_t v = (std::uint32_t{b64_values[q[0]]} << 18) |
+                                (std::uint32_t{b64_values[q[1]]} << 12) |
+                                (std::uint32_t{b64_values[q[2]]} << 6) | b64_values[q[3]];
+        out[3 * g] = static_cast<char>(v >> 16);
+        out[3 * g + 1] = static_cast<char>((v >> 8) & 0xFF);
+        out[3 * g + 2] = static_cast<char>(v & 0xFF);
+    }
+}
+
 // Most 16+ runs of the base64 alphabets in text are identifiers and paths: a run is
 // decoded only when its first 16 characters (all in the alphabets) decode to 12 bytes
 // that read as text or start a compressed stream (a secret's base64 starts at the run's
@@ -215,15 +229,7 @@ constexpr auto b64_values = make_b64_values();
 // such run.
 bool plausible_b64(const unsigned char* p) noexcept {
     alignas(16) char buf[32] = {}; // 12 bytes, zero-padded for text_count_step
-    for (int g = 0; g < 4; ++g) {
-        const unsigned char* q = p + 4 * g;
-        const std::uint32_t v = (std::uint32_t{b64_values[q[0]]} << 18) |
-                                (std::uint32_t{b64_values[q[1]]} << 12) |
-                                (std::uint32_t{b64_values[q[2]]} << 6) | b64_values[q[3]];
-        buf[3 * g] = static_cast<char>(v >> 16);
-        buf[3 * g + 1] = static_cast<char>((v >> 8) & 0xFF);
-        buf[3 * g + 2] = static_cast<char>(v & 0xFF);
-    }
+    b64_decode16(p, buf);
     const std::string_view s(buf, 12);
 #if defined(__SSE2__)
     const std::size_t text = text_count_step(reinterpret_cast<const unsigned char*>(buf), 12);
@@ -237,17 +243,7 @@ bool plausible_b64(const unsigned char* p) noexcept {
 // (decode::starts_compressed).
 bool shifted_compressed_b64(const unsigned char* p) noexcept {
     char buf[12];
-    const auto quantum = [&](int g) {
-        const unsigned char* q = p + 4 * g;
-        const std::uint32_t v = (std::uint32_t{b64_values[q[0]]} << 18) |
-                                (std::uint32_t{b64_values[q[1]]} << 12) |
-                                (std::uint32_t{b64_values[q[2]]} << 6) | b64_values[q[3]];
-        buf[3 * g] = static_cast<char>(v >> 16);
-        buf[3 * g + 1] = static_cast<char>((v >> 8) & 0xFF);
-        buf[3 * g + 2] = static_cast<char>(v & 0xFF);
-    };
-    for (int g = 0; g < 4; ++g)
-        quantum(g);
+    b64_decode16(p, buf);
     return decode::starts_compressed(std::string_view(buf, 12));
 }
 

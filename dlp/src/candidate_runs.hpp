@@ -262,20 +262,9 @@ std::size_t binary_alignment(std::string_view run) noexcept {
             chars += ch != '\r' && ch != '\n' && ch != ' ' && ch != '\t';
         return chars % 4;
     }
-    for (std::size_t k = 0; k < 4 && k + 16 <= run.size(); ++k) {
-        char buf[12];
-        const auto* q = reinterpret_cast<const unsigned char*>(run.data() + k);
-        for (int g = 0; g < 4; ++g, q += 4) {
-            const std::uint32_t v = (std::uint32_t{b64_values[q[0]]} << 18) |
-                                    (std::uint32_t{b64_values[q[1]]} << 12) |
-                                    (std::uint32_t{b64_values[q[2]]} << 6) | b64_values[q[3]];
-            buf[3 * g] = static_cast<char>(v >> 16);
-            buf[3 * g + 1] = static_cast<char>((v >> 8) & 0xFF);
-            buf[3 * g + 2] = static_cast<char>(v & 0xFF);
-        }
-        if (decode::starts_compressed(std::string_view(buf, sizeof buf)))
+    for (std::size_t k = 0; k < 4 && k + 16 <= run.size(); ++k)
+        if (shifted_compressed_b64(reinterpret_cast<const unsigned char*>(run.data() + k)))
             return k;
-    }
     return 0;
 }
 
