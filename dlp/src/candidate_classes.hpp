@@ -69,6 +69,7 @@ constexpr std::size_t min_base32_run = 24; // 15 decoded bytes
 constexpr std::size_t min_flip_run = 20;   // reversed or ROT13 token candidates
 constexpr std::size_t max_flip_run = 256;
 using variant_detail::npos;
+using variant_detail::tail_slack;
 
 bool is_hex(unsigned char c) noexcept {
     return (cls[c] & k_hex) != 0;

@@ -24,6 +24,10 @@ namespace variant_detail {
 inline constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
 /// The Content-Type of a git push body (gitprotocol-http, "Smart Service git-receive-pack").
 inline constexpr std::string_view receive_pack_type = "application/x-git-receive-pack-request";
+/// How far short of the end of the bytes it was decoded from a candidate's range still
+/// counts as running into it (segment::tail): a stray hex digit, a partial base64
+/// quantum, a closing quote; the 16 bytes note_cut allows at the body's end.
+inline constexpr std::size_t tail_slack = 16;
 
 using spaces::is_space;
 
@@ -38,6 +42,10 @@ struct variant_scanner::segment {
     std::string chain;
     std::size_t outer_off = 0;
     std::size_t outer_len = 0;
+    /// Its bytes run into the end of the bytes they were decoded from, and those into the
+    /// body's end (within tail_slack): only a stream cut short there was cut by the body's
+    /// end, which in body_stream is a window's end (cut_stream).
+    bool tail = false;
 };
 
 struct variant_scanner::level {
@@ -57,6 +65,8 @@ struct variant_scanner::ctx {
     /// seen again inside an archive's member takes the member's location).
     std::unordered_map<std::string, std::size_t> seen;
     std::string tmp;
+    /// The buffer candidates() is looking at runs into the body's end (segment::tail).
+    bool tail = true;
 };
 
 } // namespace sluice::dlp

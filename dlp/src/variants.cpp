@@ -105,10 +105,34 @@ bool lossy(std::string_view chain) noexcept {
     return false;
 }
 
+// Where in the body's bytes [o, o + l) a stream that starts at `off` of the `n` bytes
+// decoded from them at the latest starts (cut_stream::at): the first of the bytes a scan
+// of a later window needs to find it again. Hex decodes 2 (or 3, delimited) characters to
+// a byte, and a run is decoded at both alignments wherever a window starts in it; escape
+// and percent decoding only shrink and start anywhere. So a stream reached through hex
+// and those alone starts at o + 2 * off or later (o + off * l / n straight from hex).
+// Any other step (base64, whose alignment a window starting mid-run loses; a stream
+// inside an inflated stream) is found again only from the start of the run.
+std::size_t cut_origin(std::string_view chain, std::size_t depth, std::size_t o, std::size_t l,
+                       std::size_t off, std::size_t n) noexcept {
+    if (n == 0 || off >= n || !chain.starts_with("hex"))
+        return o;
+    if (depth == 1 && chain == "hex")
+        return o + off * (l / n);
+    for (std::size_t p = 4; p < chain.size();) {
+        const std::size_t q = std::min(chain.find('>', p), chain.size());
+        const std::string_view step = chain.substr(p, q - p);
+        if (step != "escape" && step != "pct")
+            return o;
+        p = q + 1;
+    }
+    return chain.size() == 3 || chain[3] == '>' ? o + std::min(2 * off, l) : o;
+}
+
 } // namespace
 
 void variant_scanner::note_cut(std::size_t at, std::size_t end) {
-    if (cut_end_ != 0 && end + 16 >= cut_end_)
+    if (cut_end_ != 0 && end + tail_slack >= cut_end_)
         cuts_.push_back({at, {}});
 }
 
@@ -212,6 +236,7 @@ variant_status variant_scanner::process(std::string_view data, std::string& chai
     if (st != variant_status::ok || !opts_.decoders)
         return st;
     c.next.clear();
+    const bool top_tail = c.tail;
     st = candidates(data, chain, depth, outer_off, outer_len, c);
     level cur;
     std::string seg_chain;
@@ -231,19 +256,21 @@ variant_status variant_scanner::process(std::string_view data, std::string& chai
             break;
         for (const auto& sg : cur.segs) {
             seg_chain = sg.chain;
+            c.tail = sg.tail && top_tail;
             st = candidates(std::string_view(cur.buf).substr(sg.begin, sg.end - sg.begin),
                             seg_chain, depth, sg.outer_off, sg.outer_len, c);
             if (st != variant_status::ok)
                 break;
         }
     }
+    c.tail = top_tail;
     c.next.clear();
     return st;
 }
 
 variant_status variant_scanner::try_decoded(std::string_view decoded, std::string_view step,
                                             std::string& chain, std::size_t depth, std::size_t off,
-                                            std::size_t len, ctx& c) {
+                                            std::size_t len, bool tail, ctx& c) {
     segment sg;
     sg.begin = c.next.buf.size();
     c.next.buf += decoded;
@@ -255,6 +282,7 @@ variant_status variant_scanner::try_decoded(std::string_view decoded, std::strin
     sg.chain += step;
     sg.outer_off = off;
     sg.outer_len = len;
+    sg.tail = tail;
     c.next.segs.push_back(std::move(sg));
     return variant_status::ok;
 }
@@ -273,17 +301,34 @@ variant_status variant_scanner::open_compressed(std::string_view data, std::stri
     const auto l = outer_len == npos ? data.size() : outer_len;
     const auto open = [&](std::size_t off) -> variant_status {
         bool cut = false;
-        const auto rc =
-            decode::sniffed(data.substr(off), decode_room(), inflated, name, nullptr, &cut);
-        if (rc == decode::inflate_status::over_limit)
-            return variant_status::over_budget;
-        if (cut && outer_len != npos && !lossy(chain))
-            note_cut(o, o + l);
-        if (rc == decode::inflate_status::unknown || inflated.empty())
-            return variant_status::ok;
+        for (;;) {
+            const auto rc =
+                decode::sniffed(data.substr(off), decode_room(), inflated, name, nullptr, &cut);
+            if (rc == decode::inflate_status::over_limit)
+                return variant_status::over_budget;
+            // Only a stream running into the end of bytes that run into the body's end was
+            // cut by it (a window's end in body_stream); one that breaks off inside them
+            // would break off in the whole body as well.
+            if (cut && c.tail && outer_len != npos && !lossy(chain))
+                note_cut(cut_origin(chain, depth, o, l, off, data.size()), o + l);
+            if (rc == decode::inflate_status::unknown || inflated.empty())
+                return variant_status::ok;
+            if (name != "raw-deflate" || !chain.ends_with("raw-deflate") ||
+                inflated.size() >= data.size() - off || !data.ends_with(inflated))
+                break;
+            // Raw DEFLATE that decodes to its own tail, inside raw DEFLATE ("\x12\x12..." is
+            // the same bytes less one, and so on down): nothing new to scan, and each copy
+            // opened at the next depth would nest until max_depth refuses a clean body. The
+            // copy is opened where it starts in these bytes instead, at this depth. (A
+            // stored block's bytes are its input's tail too: the first one is still opened
+            // and named, as a zstd raw block is.)
+            off = data.size() - inflated.size();
+            if (++stats_.candidates > opts_.budget.max_candidates)
+                return variant_status::over_budget;
+        }
         if (!charge(inflated.size()))
             return variant_status::over_budget;
-        return try_decoded(inflated, name, chain, depth, o, l, c);
+        return try_decoded(inflated, name, chain, depth, o, l, cut && c.tail, c);
     };
     auto st = open(0);
     // Every stream start, each a candidate: a cap that skipped the rest would let decoy
@@ -312,9 +357,16 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
     const std::size_t n = data.size();
     std::string decoded;
     std::string inflated;
-    // Where a candidate's own range maps in the outermost buffer.
+    // Where a candidate's own range maps in the outermost buffer, and whether its bytes
+    // run into the body's end (segment::tail; a few bytes short of it for a stray digit,
+    // a partial base64 quantum or a closing quote).
+    struct span {
+        std::size_t off, len;
+        bool tail;
+    };
     const auto where = [&](std::size_t b, std::size_t e) {
-        return outer_len == npos ? std::pair{b, e - b} : std::pair{outer_off, outer_len};
+        const bool tail = c.tail && e + tail_slack >= n;
+        return outer_len == npos ? span{b, e - b, tail} : span{outer_off, outer_len, tail};
     };
     const auto count = [&]() { return ++stats_.candidates <= opts_.budget.max_candidates; };
     // Binary decoders (base64, hex): open compressed streams, drop binary noise.
@@ -323,7 +375,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         useful = false;
         if (!charge(decoded.size()))
             return variant_status::over_budget;
-        const auto [o, l] = where(b, e);
+        const auto [o, l, at_end] = where(b, e);
         if (decode::looks_compressed(decoded)) {
             const bool zstd = static_cast<unsigned char>(decoded[0]) == 0x28;
             bool cut = false;
@@ -334,7 +386,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 gz ? decode::content("gzip", decoded, decode_room(), inflated, nullptr, &cut) : rc;
             if (rg == decode::inflate_status::over_limit)
                 return variant_status::over_budget;
-            if (cut && !lossy(chain))
+            if (cut && at_end && !lossy(chain))
                 note_cut(o, o + l);
             // A stream that breaks off, or is followed by other bytes (the next line of a
             // multipart body decoded onto its end), is scanned as far as it decodes.
@@ -350,7 +402,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                 std::string mine = std::move(inflated);
                 // Named as sniffed() names them: a zlib stream is "deflate".
                 const char* coding = zstd ? "zstd" : gz ? "gzip" : "deflate";
-                auto st = try_decoded(mine, coding, chain, depth + 1, o, l, c);
+                auto st = try_decoded(mine, coding, chain, depth + 1, o, l, cut && at_end, c);
                 chain.resize(saved);
                 return st;
             }
@@ -360,7 +412,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
             // the coding, and scanned as they are if they do not decode.
             useful = true;
             std::string mine = std::move(decoded);
-            return try_decoded(mine, step, chain, depth, o, l, c);
+            return try_decoded(mine, step, chain, depth, o, l, at_end, c);
         }
         if (!mostly_printable(decoded)) {
             // Binary from hex (a key store, a blob with a key's base64 appended): the
@@ -369,11 +421,11 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
             if (step != "hex" || decoded.size() < min_binary_run)
                 return variant_status::ok;
             std::string mine = std::move(decoded);
-            return try_decoded(mine, step, chain, depth, o, l, c);
+            return try_decoded(mine, step, chain, depth, o, l, at_end, c);
         }
         useful = true;
         std::string mine = std::move(decoded); // the recursion reuses `decoded`
-        return try_decoded(mine, step, chain, depth, o, l, c);
+        return try_decoded(mine, step, chain, depth, o, l, at_end, c);
     };
     // Hex in [a, b) (all hex digits, 32 or more), decoded at the alignments a stray digit
     // glued on either side leaves: even length whole, then without both end digits; odd
@@ -477,7 +529,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         if (len == 36 &&
             std::all_of(d + b, d + j, [](unsigned char ch) { return std::isalnum(ch) != 0; }) &&
             detectors::validate("github_strict", data.substr(b, len))) {
-            const auto [o, l] = where(b, j);
+            const auto [o, l, _] = where(b, j);
             add_flip("ghp_" + std::string(data.substr(b, len)), "unprefixed", o, l);
         }
         bool upper = false, lower = false, digit = false;
@@ -489,7 +541,7 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         }
         if (!(upper && lower && digit))
             return variant_status::ok;
-        const auto [o, l] = where(b, j);
+        const auto [o, l, _] = where(b, j);
         for (const std::string_view step : {"reverse", "rot13"}) {
             if (!count() || !charge(len))
                 return variant_status::over_budget;
@@ -701,9 +753,9 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
                             return variant_status::over_budget;
                         // Scanned at the next depth with its own candidates: base64 or
                         // hex of the key inside the binary is decoded again.
-                        const auto [o, l] = where(i, end);
+                        const auto [o, l, at_end] = where(i, end);
                         std::string mine = std::move(decoded);
-                        auto st = try_decoded(mine, "base64", chain, depth, o, l, c);
+                        auto st = try_decoded(mine, "base64", chain, depth, o, l, at_end, c);
                         if (st != variant_status::ok)
                             return st;
                     }
@@ -787,9 +839,9 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         if (changed) {
             if (!charge(decoded.size()))
                 return variant_status::over_budget;
-            const auto [o, l] = where(b, e);
+            const auto [o, l, at_end] = where(b, e);
             std::string mine = std::move(decoded);
-            auto st = try_decoded(mine, step, chain, depth, o, l, c);
+            auto st = try_decoded(mine, step, chain, depth, o, l, at_end, c);
             if (st != variant_status::ok)
                 return st;
         }
@@ -983,8 +1035,8 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
     for (auto& v : views) {
         if (!count() || !charge(v.bytes.size()))
             return variant_status::over_budget;
-        const auto [o, l] = where(v.begin, v.end);
-        auto st = try_decoded(v.bytes, v.step, chain, depth, o, l, c);
+        const auto [o, l, at_end] = where(v.begin, v.end);
+        auto st = try_decoded(v.bytes, v.step, chain, depth, o, l, at_end, c);
         if (st != variant_status::ok)
             return st;
     }
@@ -996,9 +1048,9 @@ variant_status variant_scanner::candidates(std::string_view data, std::string& c
         if (decode::fold_unicode(data.substr(b, e - b), decoded)) {
             if (!charge(decoded.size()))
                 return variant_status::over_budget;
-            const auto [o, l] = where(b, e);
+            const auto [o, l, at_end] = where(b, e);
             std::string mine = std::move(decoded);
-            auto st = try_decoded(mine, "unicode", chain, depth, o, l, c);
+            auto st = try_decoded(mine, "unicode", chain, depth, o, l, at_end, c);
             if (st != variant_status::ok)
                 return st;
         }

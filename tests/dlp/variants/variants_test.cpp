@@ -729,6 +729,28 @@ TEST_F(variants_test, compressed_in_compressed_without_content_encoding) {
     EXPECT_EQ(deep.reason, "decode_budget");
 }
 
+// Bytes whose raw DEFLATE decode is themselves less a byte ("\x12" repeated): each copy
+// was opened again at the next depth, until max_depth refused a clean body 413
+// decode_budget (1 in 200 hex dumps of 64 KiB of random bytes held such a stretch). The
+// copies are opened where they start in the bytes instead; a token beside them is found.
+TEST_F(variants_test, bytes_that_decode_to_their_own_tail_do_not_nest) {
+    const std::string fixed(200, '\x12');
+    const std::vector<std::pair<std::string, std::string>> bodies = {
+        {"application/octet-stream", fixed},
+        {"application/octet-stream", "%PDF-1.7\n" + fixed + "\n%%EOF\n"},
+        {"application/json", "{\"blob\": \"" + hexenc(fixed, "") + "\"}"},
+        {"application/json", "{\"blob\": \"" + b64(fixed, false, true) + "\"}"},
+    };
+    for (const auto& [ct, body] : bodies) {
+        auto v = inspect("/v1/upload", "api.example.com", {{"Content-Type", ct}}, body);
+        EXPECT_EQ(v.status, 200) << ct << ": " << v.reason;
+    }
+    const std::string token(tokens().front().text);
+    auto v = inspect("/v1/upload", "api.example.com",
+                     {{"Content-Type", "application/octet-stream"}}, fixed + " key=" + token);
+    EXPECT_EQ(v.status, 403) << v.reason;
+}
+
 // Base64 wrapped at any width, regular or not, with CRLF or LF line ends.
 TEST_F(variants_test, base64_wrapped_at_any_width) {
     const auto wrap = [](const std::string& in, const std::vector<std::size_t>& widths,

@@ -229,7 +229,8 @@ private:
     variant_status open_compressed(std::string_view data, std::string& chain, std::size_t depth,
                                    std::size_t outer_off, std::size_t outer_len, ctx& c);
     variant_status try_decoded(std::string_view decoded, std::string_view step, std::string& chain,
-                               std::size_t depth, std::size_t off, std::size_t len, ctx& c);
+                               std::size_t depth, std::size_t off, std::size_t len, bool tail,
+                               ctx& c);
     variant_status scan_leftovers(const std::vector<std::string>& parts, std::string_view coding,
                                   const std::string& prefix, std::size_t nest, ctx& c);
     variant_status scan_embedded(std::string_view data, const std::string& prefix, ctx& c,
