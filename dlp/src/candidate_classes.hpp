@@ -1,4 +1,5 @@
-// Internal to dlp/, included by variants.cpp alone (its anonymous namespace): the byte
+// Internal to dlp/, included by variant_candidates.cpp and variant_runs.cpp (each its own
+// copy: an anonymous namespace, functions inline): the byte
 // classification that finds candidate runs for the variant pipeline (variants.hpp). A
 // 256-entry class table, and per 64-byte chunk the bit masks of base64, hex, trigger and
 // non-ASCII bytes, computed with AVX-512 VBMI, AVX2 or SSE2 (chosen once from the CPU,
@@ -71,18 +72,18 @@ constexpr std::size_t max_flip_run = 256;
 using variant_detail::npos;
 using variant_detail::tail_slack;
 
-bool is_hex(unsigned char c) noexcept {
+inline bool is_hex(unsigned char c) noexcept {
     return (cls[c] & k_hex) != 0;
 }
 
 using variant_detail::is_space;
 
 // Token delimiters for percent and entity regions.
-bool is_token_delim(unsigned char c) noexcept {
+inline bool is_token_delim(unsigned char c) noexcept {
     return is_space(c) || c == '"' || c == '\'' || c == '<' || c == '>' || c == '`';
 }
 // Escape regions span a whole string literal, spaces included ("BEGIN RSA PRIVATE KEY").
-bool is_escape_delim(unsigned char c) noexcept {
+inline bool is_escape_delim(unsigned char c) noexcept {
     return c == '"' || c == '\'' || c == '<' || c == '>' || c == '`' || c == '\n' || c == '\r';
 }
 
@@ -112,7 +113,7 @@ inline __m128i eq(__m128i v, char c) noexcept {
 // base64 run in the input (plausible_b64), where a byte loop mispredicted on every other
 // byte. One step counts the sequences that start in q[0, min(16, left)); q is readable to
 // q + 32 and zero from q + left when left < 32.
-std::size_t text_count_step(const unsigned char* q, std::size_t left) noexcept {
+inline std::size_t text_count_step(const unsigned char* q, std::size_t left) noexcept {
     const std::uint32_t in = left >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << left) - 1;
     std::uint32_t printable = 0;
     std::uint32_t cont = 0;
@@ -145,7 +146,7 @@ std::size_t text_count_step(const unsigned char* q, std::size_t left) noexcept {
                                     __builtin_popcount(covered & in));
 }
 
-std::size_t text_count(std::string_view s) noexcept {
+inline std::size_t text_count(std::string_view s) noexcept {
     const auto* d = reinterpret_cast<const unsigned char*>(s.data());
     const std::size_t n = s.size();
     std::size_t ok = 0;
@@ -161,7 +162,7 @@ std::size_t text_count(std::string_view s) noexcept {
     return ok;
 }
 #else
-std::size_t text_count(std::string_view d) noexcept {
+inline std::size_t text_count(std::string_view d) noexcept {
     std::size_t ok = 0;
     const std::size_t n = d.size();
     for (std::size_t i = 0; i < n;) {
@@ -191,7 +192,7 @@ std::size_t text_count(std::string_view d) noexcept {
 
 #endif
 
-bool mostly_printable(std::string_view d) noexcept {
+inline bool mostly_printable(std::string_view d) noexcept {
     return d.size() >= 8 && text_count(d) * 5 >= d.size() * 4;
 }
 
@@ -211,7 +212,7 @@ constexpr auto b64_values = make_b64_values();
 
 // The 12 bytes that the 16 base64 characters at p decode to (either alphabet, RFC 4648
 // sections 4 and 5); the caller has checked that they are in it.
-void b64_decode16(const unsigned char* p, char* out) noexcept {
+inline void b64_decode16(const unsigned char* p, char* out) noexcept {
     for (int g = 0; g < 4; ++g) {
         const unsigned char* q = p + 4 * g;
         const std::uint32_t v = (std::uint32_t{b64_values[q[0]]} << 18) |
@@ -228,7 +229,7 @@ void b64_decode16(const unsigned char* p, char* out) noexcept {
 // that read as text or start a compressed stream (a secret's base64 starts at the run's
 // start; binary payloads are dropped anyway). Decoded on the stack: this runs for every
 // such run.
-bool plausible_b64(const unsigned char* p) noexcept {
+inline bool plausible_b64(const unsigned char* p) noexcept {
     alignas(16) char buf[32] = {}; // 12 bytes, zero-padded for text_count_step
     b64_decode16(p, buf);
     const std::string_view s(buf, 12);
@@ -242,7 +243,7 @@ bool plausible_b64(const unsigned char* p) noexcept {
 
 // Whether the 12 bytes that 16 base64 characters decode to start a compressed stream
 // (decode::starts_compressed).
-bool shifted_compressed_b64(const unsigned char* p) noexcept {
+inline bool shifted_compressed_b64(const unsigned char* p) noexcept {
     char buf[12];
     b64_decode16(p, buf);
     return decode::starts_compressed(std::string_view(buf, 12));
@@ -256,7 +257,7 @@ bool shifted_compressed_b64(const unsigned char* p) noexcept {
 // characters), or the 16 characters must start a gzip stream ("H4sI"). On a clean 64 MiB
 // text corpus one run in ~150,000 passes this, against ~12,000 for plausible_b64.
 // Usually decided by the first 4 characters looked at.
-bool plausible_shifted_b64(const unsigned char* p) noexcept {
+inline bool plausible_shifted_b64(const unsigned char* p) noexcept {
     if (std::memcmp(p, "H4sI", 4) == 0 || shifted_compressed_b64(p))
         return true;
     for (int g = 3; g >= 1; --g) {
@@ -457,8 +458,8 @@ struct mask_cache {
     return m;
 }
 
-chunk_hit next_events_sse2(const unsigned char* d, std::size_t c, std::size_t n,
-                           mask_cache& cache) noexcept {
+inline chunk_hit next_events_sse2(const unsigned char* d, std::size_t c, std::size_t n,
+                                  mask_cache& cache) noexcept {
     SLUICE_NEXT_EVENTS_BODY(classify64_sse2, events)
 }
 
@@ -510,7 +511,7 @@ classify64_avx2(const unsigned char* p) noexcept {
     return m;
 }
 
-__attribute__((target("avx2"))) chunk_hit
+__attribute__((target("avx2"))) inline chunk_hit
 next_events_avx2(const unsigned char* d, std::size_t c, std::size_t n, mask_cache& cache) noexcept {
     SLUICE_NEXT_EVENTS_BODY(classify64_avx2, events)
 }
@@ -585,7 +586,7 @@ classify64_vbmi(const unsigned char* p) noexcept {
     return m;
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) chunk_hit
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline chunk_hit
 next_events_vbmi(const unsigned char* d, std::size_t c, std::size_t n, mask_cache& cache) noexcept {
     SLUICE_NEXT_EVENTS_BODY(classify64_vbmi, events_vbmi)
 }
@@ -615,8 +616,8 @@ inline chunk_masks classify64_table(const unsigned char* p) noexcept {
 #endif
 
 // The first chunk at or after `c` with events ({n, {}} when none is left).
-chunk_hit next_events(const unsigned char* d, std::size_t c, std::size_t n,
-                      mask_cache& cache) noexcept {
+inline chunk_hit next_events(const unsigned char* d, std::size_t c, std::size_t n,
+                             mask_cache& cache) noexcept {
 #if defined(__SSE2__)
 #if defined(SLUICE_HAVE_AVX2_SKIP)
     static const bool vbmi = __builtin_cpu_supports("avx512vbmi") &&

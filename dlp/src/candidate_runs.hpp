@@ -1,4 +1,5 @@
-// Internal to dlp/, included by variants.cpp alone (its anonymous namespace), after
+// Internal to dlp/, included by variant_candidates.cpp and variant_runs.cpp (each its own
+// copy: an anonymous namespace; inline, so a file that uses some is not warned), after
 // candidate_classes.hpp: the runs a candidate spans once its first byte is known (an
 // alphabet run, line breaks, the stops of a region, groups of base64 or hex split by
 // spaces or line breaks), SSE2 sixteen bytes at a time where it helps.
@@ -21,7 +22,8 @@ struct alphabet_run {
     bool has_sep = false;
 };
 
-alphabet_run scan_alphabet_run(const unsigned char* d, std::size_t i, std::size_t n) noexcept {
+inline alphabet_run scan_alphabet_run(const unsigned char* d, std::size_t i,
+                                      std::size_t n) noexcept {
     alphabet_run r;
     std::size_t j = i;
 #if defined(__SSE2__)
@@ -58,7 +60,7 @@ alphabet_run scan_alphabet_run(const unsigned char* d, std::size_t i, std::size_
 // The end of a line break at d[j]: CR, LF or CRLF, or the same written as JSON/JS string
 // escapes ("\r\n", "\n": a wrapped base64 blob inside a string literal); j when there is
 // none. A backslash is in neither base64 alphabet, so an escape is never run data.
-std::size_t line_break_end(const unsigned char* d, std::size_t j, std::size_t n) noexcept {
+inline std::size_t line_break_end(const unsigned char* d, std::size_t j, std::size_t n) noexcept {
     auto take = [&](unsigned char raw, unsigned char escaped) {
         if (j < n && d[j] == raw)
             ++j;
@@ -70,8 +72,8 @@ std::size_t line_break_end(const unsigned char* d, std::size_t j, std::size_t n)
     return j;
 }
 
-std::size_t next_region_stop(const unsigned char* d, std::size_t e, std::size_t n,
-                             bool esc) noexcept {
+inline std::size_t next_region_stop(const unsigned char* d, std::size_t e, std::size_t n,
+                                    bool esc) noexcept {
 #if defined(__SSE2__)
     for (; e + 16 <= n; e += 16) {
         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + e));
@@ -93,8 +95,8 @@ std::size_t next_region_stop(const unsigned char* d, std::size_t e, std::size_t 
 
 // The first '/', '-', '_', CR or LF in [q, j), else j: where a piece of a run split at its
 // separators ends. Sixteen bytes per step (reads stay below n).
-std::size_t next_piece_end(const unsigned char* d, std::size_t q, std::size_t j,
-                           std::size_t n) noexcept {
+inline std::size_t next_piece_end(const unsigned char* d, std::size_t q, std::size_t j,
+                                  std::size_t n) noexcept {
 #if defined(__SSE2__)
     for (; q < j && q + 16 <= n; q += 16) {
         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + q));
@@ -255,7 +257,7 @@ void spaced_regions(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
 // - else the first alignment whose first 12 bytes start a compressed stream that
 //   sniffed() opens (decode::starts_compressed);
 // - else the run's start (a run may end in other bytes of the alphabet, "--boundary").
-std::size_t binary_alignment(std::string_view run) noexcept {
+inline std::size_t binary_alignment(std::string_view run) noexcept {
     if (run.ends_with('=')) {
         std::size_t chars = 0; // line breaks of wrapped base64 are not characters
         for (const char ch : run)

@@ -10,6 +10,7 @@
 
 #include "spaces.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <limits>
 #include <string>
@@ -28,6 +29,22 @@ inline constexpr std::string_view receive_pack_type = "application/x-git-receive
 /// counts as running into it (segment::tail): a stray hex digit, a partial base64
 /// quantum, a closing quote; the 16 bytes note_cut allows at the body's end.
 inline constexpr std::size_t tail_slack = 16;
+
+/// A chain with a step that rewrites bytes it does not understand (a Unicode fold drops
+/// invalid UTF-8, a wide-text view converts every unit): a stream that seems to start in
+/// such a copy of binary bytes was never sent, and it "decodes" to the end of a copy that
+/// ends a few bytes after a header that passes the check.
+inline bool lossy(std::string_view chain) noexcept {
+    for (std::size_t p = 0; p <= chain.size();) {
+        const std::size_t q = std::min(chain.find('>', p), chain.size());
+        const std::string_view step = chain.substr(p, q - p);
+        if (step == "unicode" || step.starts_with("utf") || step == "reverse" || step == "rot13" ||
+            step == "spaced" || step == "html" || step == "unprefixed")
+            return true;
+        p = q + 1;
+    }
+    return false;
+}
 
 using spaces::is_space;
 

@@ -219,6 +219,7 @@ private:
     struct ctx;
     struct segment;
     struct level;
+    struct walk; ///< one candidates() call (variant_candidates.cpp)
     variant_status process(std::string_view data, std::string& chain, std::size_t depth,
                            std::size_t outer_off, std::size_t outer_len, ctx& c);
     variant_status scan_buffer(std::string_view data, const std::string& chain,

@@ -1,0 +1,341 @@
+// The runs the candidate pass finds (variant_candidates.cpp), decoded: base64 at the
+// alignments a glued word leaves, wrapped or split at its separators, hex whole or at a
+// stray digit's alignments, base32, and tokens written backwards, in ROT13 or without
+// their prefix. Binary output opens compressed streams or is dropped as noise; what
+// decodes goes to the next depth (variant_scanner::try_decoded). Not thread safe: one
+// scanner per thread (variants.hpp).
+#include "sluice/dlp/variants.hpp"
+
+#include "sluice/detectors/validators.hpp"
+#include "sluice/dlp/decode.hpp"
+
+#include "candidate_runs.hpp" // the classification and its runs (an anonymous namespace)
+#include "variant_detail.hpp"
+#include "variant_walk.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <string_view>
+
+namespace sluice::dlp {
+
+using variant_detail::lossy;
+
+// Binary decoders (base64, hex): open compressed streams, drop binary noise.
+variant_status variant_scanner::walk::binary(std::string_view step, std::size_t b, std::size_t e,
+                                             bool& useful) {
+    useful = false;
+    if (!vs.charge(decoded.size()))
+        return variant_status::over_budget;
+    const auto [o, l, at_end] = where(b, e);
+    if (decode::looks_compressed(decoded)) {
+        const bool zstd = static_cast<unsigned char>(decoded[0]) == 0x28;
+        bool cut = false;
+        const auto rc = decode::content(zstd ? "zstd" : "deflate", decoded, vs.decode_room(),
+                                        inflated, nullptr, &cut);
+        const bool gz = rc == decode::inflate_status::error && !zstd && !cut;
+        const auto rg =
+            gz ? decode::content("gzip", decoded, vs.decode_room(), inflated, nullptr, &cut) : rc;
+        if (rg == decode::inflate_status::over_limit)
+            return variant_status::over_budget;
+        if (cut && at_end && !lossy(chain))
+            vs.note_cut(o, o + l);
+        // A stream that breaks off, or is followed by other bytes (the next line of a
+        // multipart body decoded onto its end), is scanned as far as it decodes.
+        if (rg == decode::inflate_status::ok ||
+            (rg == decode::inflate_status::error && !inflated.empty())) {
+            if (!vs.charge(inflated.size()))
+                return variant_status::over_budget;
+            useful = true;
+            const std::size_t saved = chain.size();
+            if (!chain.empty())
+                chain += '>';
+            chain += step;
+            std::string mine = std::move(inflated);
+            // Named as sniffed() names them: a zlib stream is "deflate".
+            const char* coding = zstd ? "zstd" : gz ? "gzip" : "deflate";
+            auto st = vs.try_decoded(mine, coding, chain, depth + 1, o, l, cut && at_end, c);
+            chain.resize(saved);
+            return st;
+        }
+    }
+    if (!decode::looks_compressed(decoded) && decode::starts_compressed(decoded)) {
+        // bzip2, xz or lzma: opened at the next depth (open_compressed), which names
+        // the coding, and scanned as they are if they do not decode.
+        useful = true;
+        std::string mine = std::move(decoded);
+        return vs.try_decoded(mine, step, chain, depth, o, l, at_end, c);
+    }
+    if (!mostly_printable(decoded)) {
+        // Binary from hex (a key store, a blob with a key's base64 appended): the
+        // next depth looks for encoded text inside it. Short runs (hashes) are noise.
+        // Not `useful`: the other alignment of a misaligned run is still tried.
+        if (step != "hex" || decoded.size() < min_binary_run)
+            return variant_status::ok;
+        std::string mine = std::move(decoded);
+        return vs.try_decoded(mine, step, chain, depth, o, l, at_end, c);
+    }
+    useful = true;
+    std::string mine = std::move(decoded); // the recursion reuses `decoded`
+    return vs.try_decoded(mine, step, chain, depth, o, l, at_end, c);
+}
+
+// Hex in [a, b) (all hex digits, 32 or more), decoded at the alignments a stray digit
+// glued on either side leaves: even length whole, then without both end digits; odd
+// length without its last digit, then without its first.
+variant_status variant_scanner::walk::hex_span(std::size_t a, std::size_t b, bool& useful) {
+    useful = false;
+    const bool even = (b - a) % 2 == 0;
+    const std::pair<std::size_t, std::size_t> tries[2] = {
+        even ? std::pair{a, b} : std::pair{a, b - 1},
+        even ? std::pair{a + 1, b - 1} : std::pair{a + 1, b}};
+    for (const auto& [x, y] : tries) {
+        if (y - x < min_hex_run)
+            continue;
+        if (!count())
+            return variant_status::over_budget;
+        if (decode::hex(data.substr(x, y - x), decoded)) {
+            auto st = binary("hex", x, y, useful);
+            if (st != variant_status::ok || useful)
+                return st;
+        }
+    }
+    return variant_status::ok;
+}
+
+// Base64 in the alphabet run [b, e) (e after its padding) whose first 16 characters
+// lie in [b, limit): decoded from b when those characters read as text (plausible_b64),
+// else from b+1, b+2 or b+3 (plausible_shifted_b64), for base64 glued to a word whose
+// length is not a multiple of 4 ("upl<base64>"; a glued word of 4 costs 3 of the 12
+// bytes, which plausible_b64 tolerates). Stops at the first alignment whose decoding is
+// useful and sets `start` to it. The shifted alignments cost a 4-16 character test;
+// they count as candidates only when it passes.
+variant_status variant_scanner::walk::base64_aligned(std::size_t b, std::size_t limit,
+                                                     std::size_t e, std::size_t& start,
+                                                     bool& useful) {
+    useful = false;
+    start = b;
+    for (std::size_t k = 0; k < 4 && !useful && b + k + min_run <= limit; ++k) {
+        if (!(k == 0 ? plausible_b64(d + b) : plausible_shifted_b64(d + b + k)))
+            continue;
+        if (k != 0 && !count())
+            return variant_status::over_budget;
+        if (!decode::base64(data.substr(b + k, e - b - k), decoded))
+            continue;
+        auto st = binary("base64", b + k, e, useful);
+        if (st != variant_status::ok)
+            return st;
+        if (useful)
+            start = b + k;
+    }
+    return variant_status::ok;
+}
+
+void variant_scanner::walk::add_flip(std::string_view bytes, std::string_view step, std::size_t o,
+                                     std::size_t l) {
+    segment sg;
+    sg.begin = flips.buf.size();
+    flips.buf += bytes;
+    sg.end = flips.buf.size();
+    flips.buf += "\n \n";
+    sg.chain = chain.empty() ? std::string(step) : chain + ">" + std::string(step);
+    sg.outer_off = o;
+    sg.outer_len = l;
+    flips.segs.push_back(std::move(sg));
+}
+
+// Base32 (RFC 4648 sections 6 and 7) in an alphabet run [b, j) (e after '=' padding),
+// and a run that may be a token written backwards or in ROT13: 20-256 bytes mixing
+// capitals, small letters and digits on one line (identifiers and words rarely do;
+// base64 blobs are longer). Both copies go to the next depth as they are.
+variant_status variant_scanner::walk::run_transforms(std::size_t b, std::size_t j, std::size_t e,
+                                                     bool all_hex, bool wrapped) {
+    const std::size_t len = j - b;
+    if (len >= min_base32_run && !all_hex) {
+        bool upper = false, lower = false, ok = true, hex32 = true;
+        for (std::size_t k = b; k < j && ok; ++k) {
+            const unsigned char ch = d[k];
+            upper = upper || (ch >= 'A' && ch <= 'Z');
+            lower = lower || (ch >= 'a' && ch <= 'z');
+            ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+                 ch == '\r' || ch == '\n';
+            hex32 = hex32 && !((ch | 0x20) > 'v' && (ch | 0x20) <= 'z');
+        }
+        if (ok && !(upper && lower)) {
+            for (const bool hexa : {false, true}) {
+                if (hexa && !hex32)
+                    continue;
+                if (!count())
+                    return variant_status::over_budget;
+                if (decode::base32(data.substr(b, e - b), decoded, hexa)) {
+                    bool useful = false;
+                    auto st = binary(hexa ? "base32hex" : "base32", b, e, useful);
+                    if (st != variant_status::ok || useful)
+                        return st;
+                }
+            }
+        }
+    }
+    if (wrapped || all_hex || len < min_flip_run || len > max_flip_run)
+        return variant_status::ok;
+    // A GitHub classic token without its prefix: exactly 36 base62 characters whose last
+    // 6 are the base62 CRC32 of the first 30 (random words pass with probability
+    // 62^-6). Scanned with the prefix put back, so the token's own rule reports it.
+    if (len == 36 &&
+        std::all_of(d + b, d + j, [](unsigned char ch) { return std::isalnum(ch) != 0; }) &&
+        detectors::validate("github_strict", data.substr(b, len))) {
+        const auto [o, l, _] = where(b, j);
+        add_flip("ghp_" + std::string(data.substr(b, len)), "unprefixed", o, l);
+    }
+    bool upper = false, lower = false, digit = false;
+    for (std::size_t k = b; k < j; ++k) {
+        const unsigned char ch = d[k];
+        upper = upper || (ch >= 'A' && ch <= 'Z');
+        lower = lower || (ch >= 'a' && ch <= 'z');
+        digit = digit || (ch >= '0' && ch <= '9');
+    }
+    if (!(upper && lower && digit))
+        return variant_status::ok;
+    const auto [o, l, _] = where(b, j);
+    for (const std::string_view step : {"reverse", "rot13"}) {
+        if (!count() || !vs.charge(len))
+            return variant_status::over_budget;
+        const auto run = data.substr(b, len);
+        if (step == "reverse")
+            decoded.assign(run.rbegin(), run.rend());
+        else
+            decode::rot13(run, decoded);
+        // Scanned with this depth's other flipped runs, not decoded further: a
+        // reversed or rotated run is the token itself or nothing.
+        add_flip(decoded, step, o, l);
+    }
+    return variant_status::ok;
+}
+
+variant_status variant_scanner::walk::base64_run(const alpha_run& r) {
+    if (!count())
+        return variant_status::over_budget;
+    bool useful = false;
+
+    // Most 16+ runs in text are identifiers and paths: decode 16 characters
+    // first and drop the run when those 12 bytes are not text at any of the 4
+    // alignments (a secret's base64 starts at the run's start or just after a
+    // word glued to it; binary payloads are dropped anyway).
+    std::size_t start = r.i;
+    auto st = base64_aligned(r.i, r.wrapped ? r.first_line_end : r.j, r.end, start, useful);
+    // What looked like wrapping may be one line followed by unrelated text ("--boundary"):
+    // the first line on its own too.
+    if (st == variant_status::ok && r.wrapped && useful)
+        st = base64_prefix(start, r.first_line_end);
+    // Or the wrapped lines followed by one unrelated line (a multipart boundary after
+    // unpadded base64), whose bytes would be decoded onto the end of the secret:
+    // everything before the last line on its own.
+    if (st == variant_status::ok && r.wrapped && r.last_break != r.first_line_end)
+        st = base64_prefix(start, r.last_break);
+    if (st == variant_status::ok && !useful && (r.has_sep || r.wrapped))
+        st = pieces(r);
+    if (st == variant_status::ok && !useful && r.j - r.i > min_hex_run)
+        st = glued_hex(r, useful);
+    if (st == variant_status::ok && !useful && r.j - r.i >= min_binary_run)
+        st = binary_run(r);
+    return st;
+}
+
+variant_status variant_scanner::walk::base64_prefix(std::size_t start, std::size_t stop) {
+    if (!count())
+        return variant_status::over_budget;
+    if (!decode::base64(data.substr(start, stop - start), decoded))
+        return variant_status::ok;
+    bool useful = false;
+    return binary("base64", start, stop, useful);
+}
+
+// Misaligned by a prefix ("/upload/<base64>", "key-<base64>"), or a
+// line break that was not wrapping (a hex line, then "--boundary"):
+// try the pieces between separators on their own.
+variant_status variant_scanner::walk::pieces(const alpha_run& r) {
+    const std::size_t i = r.i, j = r.j, end = r.end;
+    std::size_t p = i;
+    while (p < j) {
+        const std::size_t q = next_piece_end(d, p, j, n);
+        if (q - p >= min_run && !(p == i && q == j)) {
+            if (!count())
+                return variant_status::over_budget;
+            const std::size_t qe = q == j ? end : q;
+            bool piece_hex = (q - p) % 2 == 0 && q - p >= min_hex_run;
+            for (std::size_t k = p; piece_hex && k < q; ++k)
+                piece_hex = is_hex(d[k]);
+            bool u2 = false;
+            if (piece_hex) {
+                if (decode::hex(data.substr(p, q - p), decoded)) {
+                    auto st = binary("hex", p, q, u2);
+                    if (st != variant_status::ok)
+                        return st;
+                }
+            } else {
+                // Same test at the same 4 alignments as for whole runs. The
+                // base64 may go on past a '/', '-' or '_' of its own or
+                // past wrapping: decoded to the run's end first (unless it
+                // starts the run, tried whole above), then up to the
+                // separator alone.
+                std::size_t ps = p;
+                const std::size_t e1 = p == i ? qe : end;
+                auto st = base64_aligned(p, q, e1, ps, u2);
+                if (st == variant_status::ok && !u2 && qe != e1)
+                    st = base64_aligned(p, q, qe, ps, u2);
+                if (st != variant_status::ok)
+                    return st;
+            }
+        }
+        p = q + 1;
+    }
+    return variant_status::ok;
+}
+
+// Hex glued to words ("key" + hex, "x" + hex + "g"): the run's longest
+// stretch of hex digits on its own (a shorter run cannot hold one of
+// min_hex_run digits that is not the whole run).
+variant_status variant_scanner::walk::glued_hex(const alpha_run& r, bool& useful) {
+    const std::size_t i = r.i, j = r.j;
+    std::size_t la = i, lb = i;
+    for (std::size_t k = i; k < j;) {
+        if (!is_hex(d[k])) {
+            ++k;
+            continue;
+        }
+        std::size_t m = k;
+        while (m < j && is_hex(d[m]))
+            ++m;
+        if (m - k > lb - la) {
+            la = k;
+            lb = m;
+        }
+        k = m;
+    }
+    if (lb - la >= min_hex_run && !(la == i && lb == j))
+        return hex_span(la, lb, useful);
+    return variant_status::ok;
+}
+
+// A long run whose start decodes to binary (base64 of `tar c .env`, of
+// a key store, of an image with a key appended): its bytes get the
+// rules as they are, with no decoding beyond (binary is not text).
+variant_status variant_scanner::walk::binary_run(const alpha_run& r) {
+    const std::size_t i = r.i, end = r.end;
+    if (!count())
+        return variant_status::over_budget;
+    const std::size_t at = i + binary_alignment(data.substr(i, end - i));
+    if (decode::base64(data.substr(at, end - at), decoded)) {
+        if (!vs.charge(decoded.size()))
+            return variant_status::over_budget;
+        // Scanned at the next depth with its own candidates: base64 or
+        // hex of the key inside the binary is decoded again.
+        const auto [o, l, at_end] = where(i, end);
+        std::string mine = std::move(decoded);
+        return vs.try_decoded(mine, "base64", chain, depth, o, l, at_end, c);
+    }
+    return variant_status::ok;
+}
+
+} // namespace sluice::dlp
