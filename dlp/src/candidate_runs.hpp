@@ -113,6 +113,20 @@ inline std::size_t next_piece_end(const unsigned char* d, std::size_t q, std::si
     return std::min(q, j);
 }
 
+// The base64 characters in [a, b) as decode::base64 counts them: bytes of either alphabet,
+// not line breaks or a line break written as a string escape ("\\r\\n").
+inline std::size_t b64_chars(const unsigned char* d, std::size_t a, std::size_t b) noexcept {
+    std::size_t c = 0;
+    for (std::size_t x = a; x < b; ++x) {
+        if (d[x] == '\\' && x + 1 < b && (d[x + 1] == 'r' || d[x + 1] == 'n')) {
+            ++x;
+            continue;
+        }
+        c += (cls[d[x]] & k_b64) != 0 ? 1 : 0;
+    }
+    return c;
+}
+
 // Runs of equal groups of base64-alphabet bytes (and '=' at the very end), 4 to 76
 // bytes each, separated by spaces, LF or CRLF, the last group possibly shorter: two
 // groups or more and 24 alphabet bytes or more. Calls on_span(begin, end) for each.

@@ -256,6 +256,9 @@ variant_status variant_scanner::walk::base64_prefix(std::size_t start, std::size
 // try the pieces between separators on their own.
 variant_status variant_scanner::walk::pieces(const alpha_run& r) {
     const std::size_t i = r.i, j = r.j, end = r.end;
+    std::array<suffix_memo, 4> memo{};
+    b64_count cnt;
+    cnt.pos = i;
     std::size_t p = i;
     while (p < j) {
         const std::size_t q = next_piece_end(d, p, j, n);
@@ -281,7 +284,8 @@ variant_status variant_scanner::walk::pieces(const alpha_run& r) {
                 // separator alone.
                 std::size_t ps = p;
                 const std::size_t e1 = p == i ? qe : end;
-                auto st = base64_aligned(p, q, e1, ps, u2);
+                auto st = p == i ? base64_aligned(p, q, e1, ps, u2)
+                                 : piece_to_end(p, q, end, cnt, memo, u2);
                 if (st == variant_status::ok && !u2 && qe != e1)
                     st = base64_aligned(p, q, qe, ps, u2);
                 if (st != variant_status::ok)
@@ -289,6 +293,102 @@ variant_status variant_scanner::walk::pieces(const alpha_run& r) {
             }
         }
         p = q + 1;
+    }
+    return variant_status::ok;
+}
+
+// What a tail that cannot read as text (piece_to_end) from `b` to the run's end `e` still
+// needs, judged from its first 4 KiB (left in `decoded` for `head`):
+// - none: they start no stream sniffed() opens, as false zlib or .lzma header shapes in
+//   random base64 (one every few thousand pieces) do not;
+// - head: a zlib, gzip or zstd stream ends or fails inside them, so binary() decodes the
+//   same from them as from the whole tail;
+// - whole: anything else (a stream that may go on, a bzip2, xz or lzma stream).
+variant_scanner::walk::tail_need variant_scanner::walk::probe_tail(std::size_t b, std::size_t e) {
+    constexpr std::size_t probe_chars = 4096 / 3 * 4;
+    constexpr std::size_t limit = 64 * 1024;
+    if (e - b <= probe_chars)
+        return tail_need::whole;
+    if (!decode::base64(data.substr(b, probe_chars), decoded))
+        return tail_need::none;
+    std::string out;
+    bool cut = false;
+    if (decode::looks_compressed(decoded)) {
+        // binary()'s two tries, on these bytes alone.
+        const bool zstd = static_cast<unsigned char>(decoded[0]) == 0x28;
+        auto rc = decode::content(zstd ? "zstd" : "deflate", decoded, limit, out, nullptr, &cut);
+        if (rc == decode::inflate_status::error && !zstd && !cut)
+            rc = decode::content("gzip", decoded, limit, out, nullptr, &cut);
+        return rc == decode::inflate_status::over_limit || cut ? tail_need::whole : tail_need::head;
+    }
+    std::string_view name;
+    if (decode::sniffed(decoded, limit, out, name, nullptr, &cut) !=
+        decode::inflate_status::unknown)
+        return tail_need::whole;
+    // sniffed()'s raw DEFLATE trial (on the first 512 bytes' look) says unknown also for a
+    // stream these bytes cut short before it produced 64 bytes: only one that fails inside
+    // them is none.
+    decode::stream_decoder raw("raw-deflate");
+    out.clear();
+    const auto rc = raw.feed(decoded, limit, out);
+    return rc == decode::inflate_status::error && out.size() < 64 ? tail_need::none
+                                                                  : tail_need::whole;
+}
+
+// The piece [p, q) of a split run (`cnt` counting its base64 characters), decoded to the
+// run's end at the alignments base64_aligned tries. Such a decode is the tail of an
+// earlier one at the same alignment (the same bit stream, whole characters later), and
+// text_count of a tail is at most the whole's: a tail too long to be 80% text by that
+// bound (mostly_printable) that starts no stream cannot be useful and is not decoded
+// again (probe_tail). Each decode that happens is then at most 5/4 of the text of the one
+// before, so a run split every few characters (random base64 has a '/' every 64) costs
+// about twice its length per alignment instead of its length per piece, which refused
+// clean base64 files of 80 KiB and more 413 decode_budget.
+std::size_t variant_scanner::walk::chars_before(b64_count& cnt, std::size_t p) const noexcept {
+    if (p > cnt.pos) {
+        cnt.chars += b64_chars(d, cnt.pos, p);
+        cnt.pos = p;
+    }
+    return cnt.chars;
+}
+
+variant_status variant_scanner::walk::piece_to_end(std::size_t p, std::size_t q, std::size_t end,
+                                                   b64_count& cnt, std::array<suffix_memo, 4>& memo,
+                                                   bool& useful) {
+    useful = false;
+    for (std::size_t k = 0; k < 4 && !useful && p + k + min_run <= q; ++k) {
+        if (!(k == 0 ? plausible_b64(d + p) : plausible_shifted_b64(d + p + k)))
+            continue;
+        if (k != 0 && !count())
+            return variant_status::over_budget;
+        const std::size_t at = chars_before(cnt, p + k);
+        suffix_memo& m = memo[at % 4];
+        const std::size_t dropped = (at - m.chars_at) / 4 * 3;
+        const std::size_t size = m.size > dropped + 3 ? m.size - dropped - 3 : 0;
+        if (m.valid && size * 4 > (m.text + 4) * 5) {
+            const tail_need need =
+                shifted_compressed_b64(d + p + k) ? probe_tail(p + k, end) : tail_need::none;
+            if (need == tail_need::none)
+                continue;
+            if (need == tail_need::head) {
+                auto st = binary("base64", p + k, end, useful);
+                if (st != variant_status::ok)
+                    return st;
+                continue;
+            }
+        }
+        if (!decode::base64(data.substr(p + k, end - p - k), decoded))
+            continue;
+        // Only a decode of every character to the run's end is a whole the next tails
+        // are tails of.
+        if (cnt.total == npos)
+            cnt.total = at + b64_chars(d, p + k, end);
+        m.valid = at <= cnt.total && decoded.size() == (cnt.total - at) * 6 / 8;
+        if (m.valid)
+            m = {true, at, decoded.size(), text_count(decoded)};
+        auto st = binary("base64", p + k, end, useful);
+        if (st != variant_status::ok)
+            return st;
     }
     return variant_status::ok;
 }

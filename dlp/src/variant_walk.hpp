@@ -11,6 +11,7 @@
 
 #include "variant_detail.hpp"
 
+#include <array>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -69,7 +70,25 @@ struct variant_scanner::walk {
     variant_status visit_run(std::size_t i, std::size_t& next_i);
     variant_status base64_run(const alpha_run& r);
     variant_status base64_prefix(std::size_t start, std::size_t stop);
+    // The last decode to a split run's end, per alignment (its first character's index
+    // among the run's base64 characters, mod 4): where it started, its size and its text
+    // (pieces(), piece_to_end()).
+    struct suffix_memo {
+        bool valid = false;
+        std::size_t chars_at = 0, size = 0, text = 0;
+    };
     variant_status pieces(const alpha_run& r);
+    enum class tail_need { none, head, whole };
+    tail_need probe_tail(std::size_t b, std::size_t e);
+    // Base64 characters counted in a split run (b64_chars) up to `pos`, and in all of
+    // it once known: counted only for a piece that gets that far, so runs whose pieces
+    // all fail the 16-character test (paths, URLs) cost nothing more.
+    struct b64_count {
+        std::size_t pos = 0, chars = 0, total = variant_detail::npos;
+    };
+    std::size_t chars_before(b64_count& cnt, std::size_t p) const noexcept;
+    variant_status piece_to_end(std::size_t p, std::size_t q, std::size_t end, b64_count& cnt,
+                                std::array<suffix_memo, 4>& memo, bool& useful);
     variant_status glued_hex(const alpha_run& r, bool& useful);
     variant_status binary_run(const alpha_run& r);
     variant_status visit_trigger(std::size_t i, std::size_t& next_i);
