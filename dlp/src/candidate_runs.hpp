@@ -113,16 +113,15 @@ inline std::size_t next_piece_end(const unsigned char* d, std::size_t q, std::si
     return std::min(q, j);
 }
 
-// The base64 characters in [a, b) as decode::base64 counts them: bytes of either alphabet,
-// not line breaks or a line break written as a string escape ("\\r\\n").
+// The base64 characters in [a, b) as decode::base64 counts them when it starts before a:
+// bytes of either alphabet, not line breaks and not the letter of a line break written as
+// a string escape ("\\r\\n"). Judged byte by byte (d[a - 1] is read), so counts of
+// adjacent ranges add up whatever splits them, an escape included.
 inline std::size_t b64_chars(const unsigned char* d, std::size_t a, std::size_t b) noexcept {
     std::size_t c = 0;
     for (std::size_t x = a; x < b; ++x) {
-        if (d[x] == '\\' && x + 1 < b && (d[x + 1] == 'r' || d[x + 1] == 'n')) {
-            ++x;
-            continue;
-        }
-        c += (cls[d[x]] & k_b64) != 0 ? 1 : 0;
+        const bool escaped = x > 0 && d[x - 1] == '\\' && (d[x] == 'r' || d[x] == 'n');
+        c += (cls[d[x]] & k_b64) != 0 && !escaped ? 1 : 0;
     }
     return c;
 }

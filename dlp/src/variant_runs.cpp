@@ -362,10 +362,13 @@ variant_status variant_scanner::walk::piece_to_end(std::size_t p, std::size_t q,
         if (k != 0 && !count())
             return variant_status::over_budget;
         const std::size_t at = chars_before(cnt, p + k);
-        suffix_memo& m = memo[at % 4];
+        // A decode starting on the letter of an escape ("\\n") reads it as a character:
+        // not the tail of an earlier decode, nor a whole later ones are tails of.
+        const bool own = p + k > 0 && d[p + k - 1] == '\\';
+        suffix_memo& m = memo[own ? 0 : at % 4];
         const std::size_t dropped = (at - m.chars_at) / 4 * 3;
         const std::size_t size = m.size > dropped + 3 ? m.size - dropped - 3 : 0;
-        if (m.valid && size * 4 > (m.text + 4) * 5) {
+        if (!own && m.valid && size * 4 > (m.text + 4) * 5) {
             const tail_need need =
                 shifted_compressed_b64(d + p + k) ? probe_tail(p + k, end) : tail_need::none;
             if (need == tail_need::none)
@@ -383,9 +386,11 @@ variant_status variant_scanner::walk::piece_to_end(std::size_t p, std::size_t q,
         // are tails of.
         if (cnt.total == npos)
             cnt.total = at + b64_chars(d, p + k, end);
-        m.valid = at <= cnt.total && decoded.size() == (cnt.total - at) * 6 / 8;
-        if (m.valid)
-            m = {true, at, decoded.size(), text_count(decoded)};
+        if (!own) {
+            m.valid = at <= cnt.total && decoded.size() == (cnt.total - at) * 6 / 8;
+            if (m.valid)
+                m = {true, at, decoded.size(), text_count(decoded)};
+        }
         auto st = binary("base64", p + k, end, useful);
         if (st != variant_status::ok)
             return st;
