@@ -304,6 +304,16 @@ variant_status variant_scanner::walk::pieces(const alpha_run& r) {
 // - head: a zlib, gzip or zstd stream ends or fails inside them, so binary() decodes the
 //   same from them as from the whole tail;
 // - whole: anything else (a stream that may go on, a bzip2, xz or lzma stream).
+// Whether the base64 from `b` (to `e`) decodes to bytes that start a compressed stream
+// (decode::starts_compressed), decoded as decode::base64 reads it: a line break or an
+// escaped one ("\\n") among the first characters is skipped, as the raw 16-character
+// test (shifted_compressed_b64) does not. A red-team find: a zlib header behind "\\n".
+bool variant_scanner::walk::starts_stream(std::size_t b, std::size_t e) const {
+    std::string first;
+    return decode::base64(data.substr(b, std::min<std::size_t>(e - b, 64)), first) &&
+           decode::starts_compressed(first);
+}
+
 variant_scanner::walk::tail_need variant_scanner::walk::probe_tail(std::size_t b, std::size_t e) {
     constexpr std::size_t probe_chars = 4096 / 3 * 4;
     constexpr std::size_t limit = 64 * 1024;
@@ -370,7 +380,7 @@ variant_status variant_scanner::walk::piece_to_end(std::size_t p, std::size_t q,
         const std::size_t size = m.size > dropped + 3 ? m.size - dropped - 3 : 0;
         if (!own && m.valid && size * 4 > (m.text + 4) * 5) {
             const tail_need need =
-                shifted_compressed_b64(d + p + k) ? probe_tail(p + k, end) : tail_need::none;
+                starts_stream(p + k, end) ? probe_tail(p + k, end) : tail_need::none;
             if (need == tail_need::none)
                 continue;
             if (need == tail_need::head) {

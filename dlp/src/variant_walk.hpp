@@ -80,6 +80,7 @@ struct variant_scanner::walk {
     variant_status pieces(const alpha_run& r);
     enum class tail_need { none, head, whole };
     tail_need probe_tail(std::size_t b, std::size_t e);
+    bool starts_stream(std::size_t b, std::size_t e) const;
     // Base64 characters counted in a split run (b64_chars) up to `pos`, and in all of
     // it once known: counted only for a piece that gets that far, so runs whose pieces
     // all fail the 16-character test (paths, URLs) cost nothing more.

@@ -806,7 +806,16 @@ TEST_F(variants_test, long_base64_of_random_bytes_is_not_decoded_once_per_piece)
                                 secret.substr(0, 68) + "\n" + secret.substr(68) + "\n";
         auto v = inspect("/v1/upload", "api.example.com", {{"Content-Type", "text/plain"}}, run);
         EXPECT_EQ(v.status, 403) << brk << ": " << v.reason;
-    }
+    } // Another: a zlib stream (holding the token, then 3,000 zero bytes) whose base64 has
+    // an escaped line break after 2 characters; its start was judged from the raw 16
+    // characters, which read no zlib header through the escape, and was skipped.
+    const std::string zlib_behind_escape =
+        std::string("payload: QYWI/aGVsbG8gd29ybGQsIHg/WE\\ndLrSxKLytIy8tXSM8oiPfPSAorKsjPDEsPC"
+                    "jP1TPNxSk4CSrn7JnnlhgQEG6Vn+ZWWAADl1hKF") +
+        std::string(4000, 'A') + "\n";
+    auto z = inspect("/v1/upload", "api.example.com", {{"Content-Type", "text/plain"}},
+                     zlib_behind_escape);
+    EXPECT_EQ(z.status, 403) << z.reason;
 }
 
 // Base64 wrapped at any width, regular or not, with CRLF or LF line ends.
