@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 
 namespace sluice::dlp {
 
@@ -239,7 +240,10 @@ bool body_stream::run_decoder(std::string_view raw, std::uint64_t raw_at, bool l
     }
 }
 
-bool body_stream::cut_unfollowed(std::uint64_t scanned_end) const noexcept {
+std::uint64_t body_stream::rescan_from(std::uint64_t scan_at,
+                                       std::uint64_t scanned_end) const noexcept {
+    constexpr std::uint64_t none = std::numeric_limits<std::uint64_t>::max();
+    std::uint64_t from = scanned_end - std::min<std::uint64_t>(overlap_, scanned_end);
     for (const auto& cs : cuts_) {
         if (cs.at + overlap_ >= scanned_end)
             continue; // scanned again, with more of it, in front of the next piece
@@ -253,9 +257,13 @@ bool body_stream::cut_unfollowed(std::uint64_t scanned_end) const noexcept {
             if (!dec_ && cs.at >= sniff_from_ && cs.outer != "raw-deflate")
                 continue;
         }
-        return true;
+        // Scanned again from its start, once: a stream cut again from where its scan began
+        // runs past a window.
+        if (cs.at <= scan_at || cs.at + window_ < scanned_end)
+            return none;
+        from = std::min(from, cs.at);
     }
-    return false;
+    return from;
 }
 
 body_stream::result body_stream::feed(std::string_view data, bool last) {
@@ -268,22 +276,31 @@ body_stream::result body_stream::feed(std::string_view data, bool last) {
         buf += data;
         const std::uint64_t buf_at = at - raw_tail_.size();
         // Scanned again: the last `overlap` bytes of the tail (the rest only waits for the
-        // stream search), so a piece and its context stay within the window.
-        const std::size_t skip = raw_tail_.size() - std::min(overlap_, raw_tail_.size());
+        // stream search), so a piece and its context stay within the window; all of it
+        // when it was kept for a cut stream's start.
+        const std::size_t skip = rescan_ ? static_cast<std::size_t>(rescan_at_ - buf_at)
+                                         : raw_tail_.size() - std::min(overlap_, raw_tail_.size());
         if (!scan(std::string_view(buf).substr(skip), buf_at + skip, {}, r))
             return r;
-        // The tail is also where an embedded stream's start cut by this piece is found.
-        const std::size_t keep = std::min(std::max(overlap_, decode::embedded_probe), buf.size());
-        raw_tail_.assign(buf, buf.size() - keep, keep);
         if (!run_decoder(buf, buf_at, last, r))
             return r;
         // Cut short by this piece's end and followed by nothing: the rest would go out
         // undecoded. At the end of the body a cut stream is what the whole-body rules say.
-        if (!last && cut_unfollowed(buf_at + buf.size())) {
+        const std::uint64_t end = buf_at + buf.size();
+        const std::uint64_t from = last ? end : rescan_from(buf_at + skip, end);
+        if (from == std::numeric_limits<std::uint64_t>::max()) {
             r.v = deny(413, "decode_budget");
             return r;
         }
-        std::uint64_t rel = last ? fed_ : fed_ - std::min<std::uint64_t>(overlap_, fed_);
+        // The tail is also where an embedded stream's start cut by this piece is found.
+        rescan_ = from + overlap_ < end;
+        rescan_at_ = from;
+        std::size_t keep = std::min(std::max(overlap_, decode::embedded_probe), buf.size());
+        if (rescan_)
+            keep = std::max(keep, static_cast<std::size_t>(end - from));
+        raw_tail_.assign(buf, buf.size() - keep, keep);
+        std::uint64_t rel =
+            last ? fed_ : std::min(from, fed_ - std::min<std::uint64_t>(overlap_, fed_));
         if (dec_ && !last)
             rel = std::min(rel, dec_->safe_raw);
         released_ = std::max(released_, rel);

@@ -239,7 +239,7 @@ variant_status variant_scanner::walk::visit_trigger(std::size_t i, std::size_t& 
             return variant_status::over_budget;
         const auto [o, l, at_end] = where(b, e);
         std::string mine = std::move(decoded);
-        auto st = vs.try_decoded(mine, step, chain, depth, o, l, at_end, c);
+        auto st = vs.try_decoded(mine, step, chain, depth, o, l, at_end, b, e - b, c);
         if (st != variant_status::ok)
             return st;
     }
@@ -427,7 +427,8 @@ variant_status variant_scanner::walk::finish() {
         if (!count() || !vs.charge(v.bytes.size()))
             return variant_status::over_budget;
         const auto [o, l, at_end] = where(v.begin, v.end);
-        auto st = vs.try_decoded(v.bytes, v.step, chain, depth, o, l, at_end, c);
+        auto st = vs.try_decoded(v.bytes, v.step, chain, depth, o, l, at_end, v.begin,
+                                 v.end - v.begin, c);
         if (st != variant_status::ok)
             return st;
     }
@@ -441,7 +442,7 @@ variant_status variant_scanner::walk::finish() {
                 return variant_status::over_budget;
             const auto [o, l, at_end] = where(b, e);
             std::string mine = std::move(decoded);
-            auto st = vs.try_decoded(mine, "unicode", chain, depth, o, l, at_end, c);
+            auto st = vs.try_decoded(mine, "unicode", chain, depth, o, l, at_end, b, e - b, c);
             if (st != variant_status::ok)
                 return st;
         }

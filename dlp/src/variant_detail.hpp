@@ -46,6 +46,34 @@ inline bool lossy(std::string_view chain) noexcept {
     return false;
 }
 
+/// Where a decoded buffer's bytes lie in the body at the earliest, for cut_stream::at (the
+/// first byte a later window's scan must hold to decode a cut stream again): byte x of the
+/// buffer was decoded from body bytes at `floor + x / den * num` or later. Straight from
+/// base64 4 characters give 3 bytes (4/3), from hex 2 give 1 (2/1), escape and percent
+/// decoding take 1 or more for each byte ("\u00e9" 6 for 2, "%41" 3 for 1); line breaks
+/// and separators only add. Rates multiply along a chain. Any other step (an inflated
+/// stream, Unicode normalisation, which can expand) has rate 0: its bytes may come from
+/// anywhere after `floor`.
+struct raw_bound {
+    std::size_t floor = 0;
+    std::size_t num = 0, den = 1;
+    std::size_t at(std::size_t x) const noexcept {
+        return num == 0 ? floor : floor + x / den * num;
+    }
+    /// The bound of the bytes a `step` decodes from this buffer's bytes starting at `b`.
+    raw_bound decoded(std::size_t b, std::string_view step) const noexcept {
+        std::size_t n = 0, d = 1;
+        if (step == "base64")
+            n = 4, d = 3;
+        else if (step == "hex")
+            n = 2;
+        else if (step == "escape" || step == "pct")
+            n = 1;
+        const bool keep = num != 0 && n != 0 && den <= (npos >> 2) / d && num <= (npos >> 2) / n;
+        return keep ? raw_bound{at(b), num * n, den * d} : raw_bound{at(b), 0, 1};
+    }
+};
+
 using spaces::is_space;
 
 } // namespace variant_detail
@@ -63,6 +91,8 @@ struct variant_scanner::segment {
     /// body's end (within tail_slack): only a stream cut short there was cut by the body's
     /// end, which in body_stream is a window's end (cut_stream).
     bool tail = false;
+    variant_detail::raw_bound bound; ///< where its bytes lie in the body at the earliest
+    std::size_t counted = 0;         ///< layers above it that count against max_depth
 };
 
 struct variant_scanner::level {
@@ -84,6 +114,8 @@ struct variant_scanner::ctx {
     std::string tmp;
     /// The buffer candidates() is looking at runs into the body's end (segment::tail).
     bool tail = true;
+    variant_detail::raw_bound bound; ///< of that buffer (segment::bound)
+    std::size_t counted = 0;         ///< of that buffer (segment::counted)
 };
 
 } // namespace sluice::dlp

@@ -40,7 +40,7 @@ variant_status variant_scanner::walk::binary(std::string_view step, std::size_t 
         if (rg == decode::inflate_status::over_limit)
             return variant_status::over_budget;
         if (cut && at_end && !lossy(chain))
-            vs.note_cut(o, o + l);
+            vs.note_cut(std::min(c.bound.at(b), o + l), o + l);
         // A stream that breaks off, or is followed by other bytes (the next line of a
         // multipart body decoded onto its end), is scanned as far as it decodes.
         if (rg == decode::inflate_status::ok ||
@@ -55,7 +55,8 @@ variant_status variant_scanner::walk::binary(std::string_view step, std::size_t 
             std::string mine = std::move(inflated);
             // Named as sniffed() names them: a zlib stream is "deflate".
             const char* coding = zstd ? "zstd" : gz ? "gzip" : "deflate";
-            auto st = vs.try_decoded(mine, coding, chain, depth + 1, o, l, cut && at_end, c);
+            auto st =
+                vs.try_decoded(mine, coding, chain, depth + 1, o, l, cut && at_end, b, e - b, c);
             chain.resize(saved);
             return st;
         }
@@ -65,7 +66,7 @@ variant_status variant_scanner::walk::binary(std::string_view step, std::size_t 
         // the coding, and scanned as they are if they do not decode.
         useful = true;
         std::string mine = std::move(decoded);
-        return vs.try_decoded(mine, step, chain, depth, o, l, at_end, c);
+        return vs.try_decoded(mine, step, chain, depth, o, l, at_end, b, e - b, c);
     }
     if (!mostly_printable(decoded)) {
         // Binary from hex (a key store, a blob with a key's base64 appended): the
@@ -74,11 +75,11 @@ variant_status variant_scanner::walk::binary(std::string_view step, std::size_t 
         if (step != "hex" || decoded.size() < min_binary_run)
             return variant_status::ok;
         std::string mine = std::move(decoded);
-        return vs.try_decoded(mine, step, chain, depth, o, l, at_end, c);
+        return vs.try_decoded(mine, step, chain, depth, o, l, at_end, b, e - b, c);
     }
     useful = true;
     std::string mine = std::move(decoded); // the recursion reuses `decoded`
-    return vs.try_decoded(mine, step, chain, depth, o, l, at_end, c);
+    return vs.try_decoded(mine, step, chain, depth, o, l, at_end, b, e - b, c);
 }
 
 // Hex in [a, b) (all hex digits, 32 or more), decoded at the alignments a stray digit
@@ -433,22 +434,30 @@ variant_status variant_scanner::walk::glued_hex(const alpha_run& r, bool& useful
     return variant_status::ok;
 }
 
-// A long run whose start decodes to binary (base64 of `tar c .env`, of
-// a key store, of an image with a key appended): its bytes get the
-// rules as they are, with no decoding beyond (binary is not text).
+// A long run whose start decodes to binary (base64 of `tar c .env`, of a key store, of an
+// image with a key appended): decoded at each of the four alignments and scanned at the
+// next depth (the rules on its bytes, base64 or hex inside it, compressed streams after
+// other bytes), the one binary_alignment prefers first. Binary has no text to tell the
+// alignment by, and neither the run's start nor its padding fixes it: a word glued before
+// the base64 ("x" + base64, which the receiver strips; "=" appended to forge padding), or
+// a window of a streamed body that starts inside the run, shifts every quantum, and one
+// alignment only would turn the bytes after the shift into noise.
 variant_status variant_scanner::walk::binary_run(const alpha_run& r) {
     const std::size_t i = r.i, end = r.end;
-    if (!count())
-        return variant_status::over_budget;
-    const std::size_t at = i + binary_alignment(data.substr(i, end - i));
-    if (decode::base64(data.substr(at, end - at), decoded)) {
+    const std::size_t first = binary_alignment(data.substr(i, end - i));
+    const auto [o, l, at_end] = where(i, end);
+    for (std::size_t t = 0; t < 4; ++t) {
+        if (!count())
+            return variant_status::over_budget;
+        const std::size_t at = i + (first + t) % 4;
+        if (at + min_run > end || !decode::base64(data.substr(at, end - at), decoded))
+            continue;
         if (!vs.charge(decoded.size()))
             return variant_status::over_budget;
-        // Scanned at the next depth with its own candidates: base64 or
-        // hex of the key inside the binary is decoded again.
-        const auto [o, l, at_end] = where(i, end);
         std::string mine = std::move(decoded);
-        return vs.try_decoded(mine, "base64", chain, depth, o, l, at_end, c);
+        auto st = vs.try_decoded(mine, "base64", chain, depth, o, l, at_end, at, end - at, c);
+        if (st != variant_status::ok)
+            return st;
     }
     return variant_status::ok;
 }

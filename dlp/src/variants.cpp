@@ -30,6 +30,7 @@ namespace sluice::dlp {
 
 using variant_detail::lossy;
 using variant_detail::npos;
+using variant_detail::raw_bound;
 using variant_detail::tail_slack;
 
 // ---------------------------------------------------------------------------------------
@@ -87,31 +88,27 @@ void variant_scanner::reset() noexcept {
 
 namespace {
 
-// Where in the body's bytes [o, o + l) a stream that starts at `off` of the `n` bytes
-// decoded from them at the latest starts (cut_stream::at): the first of the bytes a scan
-// of a later window needs to find it again. Hex decodes 2 (or 3, delimited) characters to
-// a byte, and a run is decoded at both alignments wherever a window starts in it; escape
-// and percent decoding only shrink and start anywhere. So a stream reached through hex
-// and those alone starts at o + 2 * off or later (o + off * l / n straight from hex).
-// Any other step (base64, whose alignment a window starting mid-run loses; a stream
-// inside an inflated stream) is found again only from the start of the run.
-std::size_t cut_origin(std::string_view chain, std::size_t depth, std::size_t o, std::size_t l,
-                       std::size_t off, std::size_t n) noexcept {
-    if (n == 0 || off >= n || !chain.starts_with("hex"))
-        return o;
-    if (depth == 1 && chain == "hex")
-        return o + off * (l / n);
-    for (std::size_t p = 4; p < chain.size();) {
-        const std::size_t q = std::min(chain.find('>', p), chain.size());
-        const std::string_view step = chain.substr(p, q - p);
-        if (step != "escape" && step != "pct")
-            return o;
-        p = q + 1;
-    }
-    return chain.size() == 3 || chain[3] == '>' ? o + std::min(2 * off, l) : o;
+// Raw DEFLATE has no header: any bytes may start a stream, and some garbage decodes to a
+// near copy of itself ("\x12\x12..." to the same bytes less one, the last few changed), as
+// "%252525..." does under percent decoding: found in random hex and in random bytes' base64,
+// such chains nested one level per byte until max_depth refused a clean body (413). A
+// layer that decodes to nearly the bytes it came from does not count against max_depth:
+// each is still decoded, charged to the decode budget (which bounds them: k levels of k
+// bytes) and scanned, and max_levels bounds the number of levels.
+constexpr std::size_t max_levels = 4096;
+
+bool near_copy(std::size_t decoded, std::size_t src) noexcept {
+    return decoded <= src && decoded + std::max<std::size_t>(src / 16, 4) >= src;
 }
 
 } // namespace
+
+// Whether decoded buffers at `level` go deeper than max_depth allows (see max_levels).
+bool variant_scanner::too_deep(const std::vector<segment>& segs, std::size_t level) const {
+    return level > max_levels || std::any_of(segs.begin(), segs.end(), [&](const segment& sg) {
+               return sg.counted > opts_.budget.max_depth;
+           });
+}
 
 void variant_scanner::note_cut(std::size_t at, std::size_t end) {
     if (cut_end_ != 0 && end + tail_slack >= cut_end_)
@@ -219,13 +216,18 @@ variant_status variant_scanner::process(std::string_view data, std::string& chai
         return st;
     c.next.clear();
     const bool top_tail = c.tail;
+    const raw_bound top_bound = c.bound;
+    const std::size_t top_counted = c.counted;
+    c.counted = depth;
+    // Offsets of the body itself are its bytes' own; a view's are its span's.
+    c.bound = outer_len == npos ? raw_bound{0, 1, 1} : raw_bound{outer_off, 0, 1};
     st = candidates(data, chain, depth, outer_off, outer_len, c);
     level cur;
     std::string seg_chain;
     while (st == variant_status::ok && !c.next.segs.empty()) {
         // Something decodes once more than max_depth allows: it would go out unscanned,
         // so the depth is a budget like the others (over_budget, 413 decode_budget).
-        if (depth >= opts_.budget.max_depth) {
+        if (depth >= opts_.budget.max_depth && too_deep(c.next.segs, depth + 1)) {
             st = variant_status::over_budget;
             break;
         }
@@ -239,6 +241,8 @@ variant_status variant_scanner::process(std::string_view data, std::string& chai
         for (const auto& sg : cur.segs) {
             seg_chain = sg.chain;
             c.tail = sg.tail && top_tail;
+            c.bound = sg.bound;
+            c.counted = sg.counted;
             st = candidates(std::string_view(cur.buf).substr(sg.begin, sg.end - sg.begin),
                             seg_chain, depth, sg.outer_off, sg.outer_len, c);
             if (st != variant_status::ok)
@@ -246,13 +250,18 @@ variant_status variant_scanner::process(std::string_view data, std::string& chai
         }
     }
     c.tail = top_tail;
+    c.bound = top_bound;
+    c.counted = top_counted;
     c.next.clear();
     return st;
 }
 
+// `from`, `src`: where the bytes `decoded` came from start in the buffer being walked
+// (c.bound), and how many they are (at most; for a stream, the bytes after its start).
 variant_status variant_scanner::try_decoded(std::string_view decoded, std::string_view step,
                                             std::string& chain, std::size_t depth, std::size_t off,
-                                            std::size_t len, bool tail, ctx& c) {
+                                            std::size_t len, bool tail, std::size_t from,
+                                            std::size_t src, ctx& c) {
     segment sg;
     sg.begin = c.next.buf.size();
     c.next.buf += decoded;
@@ -265,6 +274,8 @@ variant_status variant_scanner::try_decoded(std::string_view decoded, std::strin
     sg.outer_off = off;
     sg.outer_len = len;
     sg.tail = tail;
+    sg.bound = c.bound.decoded(from, step);
+    sg.counted = c.counted + (near_copy(decoded.size(), src) ? 0 : 1);
     c.next.segs.push_back(std::move(sg));
     return variant_status::ok;
 }
@@ -283,34 +294,21 @@ variant_status variant_scanner::open_compressed(std::string_view data, std::stri
     const auto l = outer_len == npos ? data.size() : outer_len;
     const auto open = [&](std::size_t off) -> variant_status {
         bool cut = false;
-        for (;;) {
-            const auto rc =
-                decode::sniffed(data.substr(off), decode_room(), inflated, name, nullptr, &cut);
-            if (rc == decode::inflate_status::over_limit)
-                return variant_status::over_budget;
-            // Only a stream running into the end of bytes that run into the body's end was
-            // cut by it (a window's end in body_stream); one that breaks off inside them
-            // would break off in the whole body as well.
-            if (cut && c.tail && outer_len != npos && !lossy(chain))
-                note_cut(cut_origin(chain, depth, o, l, off, data.size()), o + l);
-            if (rc == decode::inflate_status::unknown || inflated.empty())
-                return variant_status::ok;
-            if (name != "raw-deflate" || !chain.ends_with("raw-deflate") ||
-                inflated.size() >= data.size() - off || !data.ends_with(inflated))
-                break;
-            // Raw DEFLATE that decodes to its own tail, inside raw DEFLATE ("\x12\x12..." is
-            // the same bytes less one, and so on down): nothing new to scan, and each copy
-            // opened at the next depth would nest until max_depth refuses a clean body. The
-            // copy is opened where it starts in these bytes instead, at this depth. (A
-            // stored block's bytes are its input's tail too: the first one is still opened
-            // and named, as a zstd raw block is.)
-            off = data.size() - inflated.size();
-            if (++stats_.candidates > opts_.budget.max_candidates)
-                return variant_status::over_budget;
-        }
+        const auto rc =
+            decode::sniffed(data.substr(off), decode_room(), inflated, name, nullptr, &cut);
+        if (rc == decode::inflate_status::over_limit)
+            return variant_status::over_budget;
+        // Only a stream running into the end of bytes that run into the body's end was
+        // cut by it (a window's end in body_stream); one that breaks off inside them
+        // would break off in the whole body as well.
+        if (cut && c.tail && outer_len != npos && !lossy(chain))
+            note_cut(std::min(c.bound.at(off), o + l), o + l);
+        if (rc == decode::inflate_status::unknown || inflated.empty())
+            return variant_status::ok;
         if (!charge(inflated.size()))
             return variant_status::over_budget;
-        return try_decoded(inflated, name, chain, depth, o, l, cut && c.tail, c);
+        return try_decoded(inflated, name, chain, depth, o, l, cut && c.tail, off,
+                           data.size() - off, c);
     };
     auto st = open(0);
     // Every stream start, each a candidate: a cap that skipped the rest would let decoy

@@ -37,8 +37,9 @@ struct stream_outcome {
 // Relays a Content-Length body larger than `dlp.max_body` (`large_bodies: stream`): each
 // window read from the client goes to a dlp::body_stream, which scans it (with the tail
 // of the previous window in front, and decoded when it is or holds a compressed stream)
-// and says how much of the body may leave; only that is written upstream. Memory is one
-// window per flow whatever the body's size. A window that cannot be released at all
+// and says how much of the body may leave; only that is written upstream. Memory is a few
+// windows per flow whatever the body's size (this buffer; the inspection carries up to one
+// window back for a stream a window cut, body_stream.hpp). A window that cannot be released at all
 // (a compressed block larger than the window) is refused, 413 `decode_budget`. A finding
 // that denies stops the relay: the origin is left with a truncated request and the
 // connection is dropped by the caller. Findings with action log are added to `findings`.

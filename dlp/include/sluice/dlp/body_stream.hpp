@@ -20,9 +20,13 @@
 //
 // Any other compressed stream a window's scan opens and finds cut short by the end of the
 // window (inspector::cut_streams(): a stream inside base64 or hex, raw DEFLATE, a stream
-// nested deeper than three levels) would go on in bytes no scan decodes: before the last
-// piece the body is refused, 413 `decode_budget`, unless its start is in the bytes
-// scanned again with the next piece (the carried `overlap`), where the next scan decides.
+// nested deeper than three levels) would go on in bytes no scan decodes. Its start (or a
+// point before it) is where the next scan begins: the carried `overlap` when it lies in
+// it, else the bytes from there are carried whole (at most `window` of them; a false start
+// in random bytes can decode for kilobytes before it breaks off), so the next scan decodes
+// the stream from its start with the bytes after it. A stream cut again that starts where
+// its scan began is longer than a window: before the last piece the body is refused, 413
+// `decode_budget`.
 //
 // Thread safety: one body_stream per body, on the thread that owns the scanner. Never
 // throws: an exception inside (allocation) becomes a deny 500 `internal` verdict.
@@ -89,9 +93,11 @@ private:
                 std::string_view content_encoding, std::size_t window, std::size_t overlap,
                 const body_stream* outer);
     bool scan(std::string_view bytes, std::uint64_t base, std::string_view coding, result& r);
-    /// True when a stream the last scan found cut short (cuts_) is followed by no decoder
-    /// here and its start is not scanned again with the next piece.
-    bool cut_unfollowed(std::uint64_t scanned_end) const noexcept;
+    /// Where the next scan must begin for the streams the last scan, of [scan_at,
+    /// scanned_end), found cut short (cuts_) and no decoder here follows: scanned_end -
+    /// `overlap` or before (at most `window` before scanned_end), or npos when one started
+    /// at scan_at (or earlier) and cannot be scanned again from its start.
+    std::uint64_t rescan_from(std::uint64_t scan_at, std::uint64_t scanned_end) const noexcept;
     bool run_decoder(std::string_view raw, std::uint64_t raw_at, bool last, result& r);
     bool scan_decoded(std::string_view fresh, bool last, result& r);
     std::uint64_t decoded_release() const noexcept;
@@ -105,7 +111,9 @@ private:
     unsigned depth_;          ///< streams this body is inside (0 for the body as received)
     std::string declared_;    ///< the declared coding ("" for identity)
     std::string raw_tail_;    ///< last max(`overlap`, decode::embedded_probe) raw bytes, scanned,
-                              ///< in front of the next piece
+                              ///< in front of the next piece (more: rescan_from)
+    bool rescan_ = false;     ///< the next scan begins at `rescan_at_`, in raw_tail_
+    std::uint64_t rescan_at_ = 0; ///< raw offset
     std::uint64_t fed_ = 0;
     std::uint64_t released_ = 0;
     std::uint64_t sniff_from_ = 0; ///< raw offset where the magic search goes on

@@ -55,6 +55,10 @@ struct variant_budget {
     /// Decoders chained on one path (pct>pct>pct>base64>gzip>...). A buffer that still
     /// decodes after this many is over budget (413 decode_budget), not forwarded unscanned;
     /// the byte and candidate budgets bound the work long before a real chain gets here.
+    /// A layer that decodes to nearly the bytes it came from (at most 1/16 fewer, or 4, and
+    /// no more) does not count: garbage that decodes to a near copy of itself (raw DEFLATE
+    /// of "\x12\x12...", "%252525..." under percent decoding) nests once per byte or escape.
+    /// The byte budget bounds those, and 4,096 levels in all.
     std::size_t max_depth = 16;
     /// Absolute cap on bytes produced by all decoders together (Content-Encoding included).
     std::size_t max_decoded_bytes = 64u << 20;
@@ -231,7 +235,7 @@ private:
                                    std::size_t outer_off, std::size_t outer_len, ctx& c);
     variant_status try_decoded(std::string_view decoded, std::string_view step, std::string& chain,
                                std::size_t depth, std::size_t off, std::size_t len, bool tail,
-                               ctx& c);
+                               std::size_t from, std::size_t src, ctx& c);
     variant_status scan_leftovers(const std::vector<std::string>& parts, std::string_view coding,
                                   const std::string& prefix, std::size_t nest, ctx& c);
     variant_status scan_embedded(std::string_view data, const std::string& prefix, ctx& c,
@@ -248,6 +252,7 @@ private:
                                  std::size_t depth, std::size_t outer_off, std::size_t outer_len,
                                  ctx& c);
     bool charge(std::size_t decoded_bytes) noexcept;
+    bool too_deep(const std::vector<segment>& segs, std::size_t level) const;
     /// Records a stream decoded from the run [at, end) of the body that was cut short.
     void note_cut(std::size_t at, std::size_t end);
     std::size_t decode_room() const noexcept;
