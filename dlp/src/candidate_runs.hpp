@@ -127,7 +127,7 @@ inline std::size_t b64_chars(const unsigned char* d, std::size_t a, std::size_t 
 }
 
 // Runs of equal groups of base64-alphabet bytes (and '=' at the very end), 4 to 76
-// bytes each, separated by spaces, LF or CRLF, the last group possibly shorter: two
+// bytes each, separated by spaces, tabs, LF or CRLF, the last group possibly shorter: two
 // groups or more and 24 alphabet bytes or more. Calls on_span(begin, end) for each.
 // Separators are found 16 bytes at a time; the per-group work only runs at separators,
 // and the alphabet test only for a run of equal lengths (ordinary words rarely line up).
@@ -158,7 +158,7 @@ void spaced_groups(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
         // Alphabet bytes and separators only; '=' (padding) only in the last 2 bytes.
         for (std::size_t k = start; k < end; ++k) {
             const unsigned char ch = d[k];
-            if (!(cls[ch] & k_b64) && ch != ' ' && ch != '\n' && ch != '\r' &&
+            if (!(cls[ch] & k_b64) && ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r' &&
                 !(ch == '=' && k + 2 >= end)) {
                 if (end == last_end || k < last_end)
                     return;
@@ -196,8 +196,8 @@ void spaced_groups(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
 #if defined(__SSE2__)
     for (; k + 16 <= n; k += 16) {
         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + k));
-        unsigned m =
-            static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(eq(v, ' '), eq(v, '\n'))));
+        unsigned m = static_cast<unsigned>(
+            _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(eq(v, ' '), eq(v, '\t')), eq(v, '\n'))));
         while (m != 0) {
             at_separator(k + static_cast<unsigned>(__builtin_ctz(m)));
             m &= m - 1;
@@ -205,7 +205,7 @@ void spaced_groups(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
     }
 #endif
     for (; k < n; ++k)
-        if (d[k] == ' ' || d[k] == '\n')
+        if (d[k] == ' ' || d[k] == '\t' || d[k] == '\n')
             at_separator(k);
     if (groups > 0 && n - gbegin == group_len) {
         ++groups;
@@ -247,7 +247,8 @@ void spaced_regions(const unsigned char* d, std::size_t n, OnSpan&& on_span) {
         const unsigned sm = static_cast<unsigned>(_mm_movemask_epi8(strong));
         if (__builtin_popcount(sm) < 5)
             continue;
-        const __m128i sep = _mm_or_si128(_mm_or_si128(eq(v, ' '), eq(v, '\n')), eq(v, '\r'));
+        const __m128i sep = _mm_or_si128(_mm_or_si128(eq(v, ' '), eq(v, '\t')),
+                                         _mm_or_si128(eq(v, '\n'), eq(v, '\r')));
         const __m128i ok = _mm_or_si128(
             _mm_or_si128(_mm_or_si128(strong, in_range(v, 'a', 'z')), sep),
             _mm_or_si128(_mm_or_si128(eq(v, '+'), eq(v, '/')),

@@ -398,9 +398,41 @@ variant_status variant_scanner::walk::spaced() {
                 st = binary("hex", b, e, useful);
         } else if ((vs.opts_.enabled & dec_base64) && decode::base64(joined, decoded)) {
             st = binary("base64", b, e, useful);
+            // Binary, at each alignment (binary_run): groups of base64 of random bytes
+            // with a token inside were dropped as noise. Lines of min_run or more with
+            // nothing but line breaks between them are a wrapped run, which visit_run
+            // decoded so already.
+            if (st == variant_status::ok && !useful && joined.size() >= min_binary_run &&
+                !wrapped_lines(b, e))
+                st = spaced_binary(joined, b, e);
         }
     });
     return st;
+}
+
+bool variant_scanner::walk::wrapped_lines(std::size_t b, std::size_t e) const noexcept {
+    const std::size_t first = static_cast<std::size_t>(
+        std::find_if(d + b, d + e, [](unsigned char ch) { return ch == '\r' || ch == '\n'; }) - d);
+    return first - b >= min_run &&
+           std::none_of(d + b, d + e, [](unsigned char ch) { return ch == ' ' || ch == '\t'; });
+}
+
+variant_status variant_scanner::walk::spaced_binary(std::string_view joined, std::size_t b,
+                                                    std::size_t e) {
+    const auto [o, l, at_end] = where(b, e);
+    for (std::size_t k = 0; k < 4; ++k) {
+        if (!count())
+            return variant_status::over_budget;
+        if (!decode::base64(joined.substr(k), decoded))
+            continue;
+        if (!vs.charge(decoded.size()))
+            return variant_status::over_budget;
+        std::string mine = std::move(decoded);
+        auto st = vs.try_decoded(mine, "base64", chain, depth, o, l, at_end, b, e - b, c);
+        if (st != variant_status::ok)
+            return st;
+    }
+    return variant_status::ok;
 }
 
 // Non-ASCII regions folded, the whole-buffer views, and the flipped runs scanned.

@@ -78,6 +78,7 @@ variant_status variant_scanner::walk::binary(std::string_view step, std::size_t 
         return vs.try_decoded(mine, step, chain, depth, o, l, at_end, b, e - b, c);
     }
     useful = true;
+    text_b = b, text_e = e;                // binary_run does not decode these bytes again
     std::string mine = std::move(decoded); // the recursion reuses `decoded`
     return vs.try_decoded(mine, step, chain, depth, o, l, at_end, b, e - b, c);
 }
@@ -238,7 +239,10 @@ variant_status variant_scanner::walk::base64_run(const alpha_run& r) {
         st = pieces(r);
     if (st == variant_status::ok && !useful && r.j - r.i > min_hex_run)
         st = glued_hex(r, useful);
-    if (st == variant_status::ok && !useful && r.j - r.i >= min_binary_run)
+    // Binary at the other alignments whatever this one decoded to: a text decoy at one
+    // alignment (or a short compressed stream, which is all binary() scans of it) would
+    // hide the bytes at the shifted one, where the receiver strips a glued word.
+    if (st == variant_status::ok && r.j - r.i >= min_binary_run)
         st = binary_run(r);
     return st;
 }
@@ -450,7 +454,8 @@ variant_status variant_scanner::walk::binary_run(const alpha_run& r) {
         if (!count())
             return variant_status::over_budget;
         const std::size_t at = i + (first + t) % 4;
-        if (at + min_run > end || !decode::base64(data.substr(at, end - at), decoded))
+        if (at + min_run > end || (at == text_b && end == text_e) ||
+            !decode::base64(data.substr(at, end - at), decoded))
             continue;
         if (!vs.charge(decoded.size()))
             return variant_status::over_budget;

@@ -96,9 +96,13 @@ struct variant_scanner::walk {
     void na_scan(std::size_t k, std::size_t to);
     variant_status events();
     variant_status spaced();
+    variant_status spaced_binary(std::string_view joined, std::size_t b, std::size_t e);
+    bool wrapped_lines(std::size_t b, std::size_t e) const noexcept;
     variant_status finish();
 
     variant_scanner& vs;
+    /// The last base64 or hex decode binary() passed on as text ([text_b, text_e)).
+    std::size_t text_b = variant_detail::npos, text_e = variant_detail::npos;
     std::string_view data;
     std::string& chain;
     const std::size_t depth;

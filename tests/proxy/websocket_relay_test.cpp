@@ -66,8 +66,10 @@ TEST(ws_message_inspector, the_decode_budget_is_per_message_not_per_session) {
     dlp::policy p;
     p.dlp.max_body = 64;
     dlp::variant_options o;
-    o.budget.max_decoded_bytes = 64u << 10; // small, so a few hundred messages sum past it
-    o.budget.decoded_floor = 64u << 10;
+    // Small, so a few hundred messages sum past it: one message (1 KiB and the carried
+    // tail, base64 of binary at four alignments) decodes up to ~70 KiB.
+    o.budget.max_decoded_bytes = 256u << 10;
+    o.budget.decoded_floor = 256u << 10;
     proxy::ws_message_inspector ins(p, builtin(), o,
                                     proxy::ws_message_inspector::tail_for(*builtin()));
     std::mt19937 rng(7);

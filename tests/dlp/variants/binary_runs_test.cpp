@@ -128,3 +128,55 @@ TEST_F(binary_runs_test, near_copies_do_not_count_against_max_depth) {
         gz = tc::gzip(gz);
     EXPECT_EQ(scan(gz, out), variant_status::over_budget);
 }
+
+namespace {
+
+// `carrier` with the bits of `payload` written from bit `at` on (most significant first):
+// base64 of the result decoded from character `shift` on holds the payload when `at` is
+// 6 * shift plus a multiple of 8.
+std::string overwrite_bits(std::string carrier, std::string_view payload, std::size_t at) {
+    for (std::size_t k = 0; k < payload.size() * 8; ++k) {
+        const std::size_t bit = at + k;
+        const bool on = (static_cast<unsigned char>(payload[k / 8]) >> (7 - k % 8)) & 1;
+        auto& byte = reinterpret_cast<unsigned char&>(carrier[bit / 8]);
+        const unsigned mask = 1u << (7 - bit % 8);
+        byte = static_cast<unsigned char>(on ? byte | mask : byte & ~mask);
+    }
+    return carrier;
+}
+
+std::string grouped(std::string_view s, std::size_t width, std::string_view sep) {
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); i += width)
+        out += (i ? std::string(sep) : std::string()) + std::string(s.substr(i, width));
+    return out;
+}
+
+} // namespace
+
+// Red-team finds against the first version, which decoded the other alignments only when
+// none was useful: a run whose first alignment decodes to prose, or starts with a short
+// zlib stream, hid the token's bits at a shifted alignment (the receiver strips the first
+// characters). And base64 of binary in groups (spaces, tabs, or lines under 16
+// characters) was decoded at one alignment and dropped as noise.
+TEST_F(binary_runs_test, a_decoy_at_one_alignment_does_not_hide_another) {
+    std::string prose;
+    while (prose.size() < 1200)
+        prose += "the quick brown fox jumps over a lazy dog and then some more prose ";
+    prose.resize(1200);
+    const std::string z =
+        tc::zlib("hello world, nothing to see") + random_bytes(600, 5) + std::string(2, '\0');
+    const std::string zc = z.substr(0, z.size() / 3 * 3);
+    for (std::size_t shift = 1; shift <= 3; ++shift) {
+        const std::string text = tc::base64(overwrite_bits(prose, tok_, 6 * shift + 8 * 400));
+        EXPECT_TRUE(found("{\"f\": \"" + text + "\"}")) << "prose, shift " << shift;
+        std::string s = unpadded(tc::base64(overwrite_bits(zc, tok_, 6 * shift + 8 * 300)));
+        s += std::string((4 - (s.size() - shift) % 4) % 4, 'A');
+        EXPECT_TRUE(found("{\"f\": \"" + s + "\"}")) << "zlib, shift " << shift;
+    }
+    const std::string b64 = tc::base64(random_bytes(300, 6) + tok_ + random_bytes(50, 7));
+    for (const auto& [width, sep] : std::vector<std::pair<std::size_t, std::string>>{
+             {60, " "}, {64, " "}, {60, "\t"}, {8, "\n"}, {12, "\r\n"}, {76, "  "}})
+        EXPECT_TRUE(found("upload\n" + grouped(b64, width, sep) + "\n"))
+            << "width " << width << " sep " << static_cast<int>(sep[0]);
+}
