@@ -130,7 +130,8 @@ BENCHMARK(variants_only)
     ->Arg(sluice::dlp::dec_pct)
     ->Arg(sluice::dlp::dec_escape)
     ->Arg(sluice::dlp::dec_html)
-    ->Arg(sluice::dlp::dec_unicode);
+    ->Arg(sluice::dlp::dec_unicode)
+    ->Arg(sluice::dlp::dec_base64 | sluice::dlp::dec_scattered);
 
 std::string gzip(std::string_view in) {
     z_stream zs{};

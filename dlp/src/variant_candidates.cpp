@@ -43,6 +43,8 @@ variant_status variant_scanner::walk::run() {
     auto st = events();
     if (st == variant_status::ok)
         st = spaced();
+    if (st == variant_status::ok)
+        st = scattered();
     return st == variant_status::ok ? finish() : st;
 }
 

@@ -98,6 +98,17 @@ struct variant_scanner::walk {
     variant_status spaced();
     variant_status spaced_binary(std::string_view joined, std::size_t b, std::size_t e);
     bool wrapped_lines(std::size_t b, std::size_t e) const noexcept;
+    // Groups split by any other bytes (variant_scattered.cpp).
+    variant_status scattered();
+    struct join_counts {
+        std::size_t chars = 0, pieces = 0, upper = 0, digits = 0, hex = 0, lower_words = 0,
+                    turns = 0, text = 0;
+        bool has_url = false;
+        bool worth(std::size_t region) const noexcept;
+    };
+    join_counts scattered_join(std::size_t b, std::size_t e, bool url, std::string* out) const;
+    variant_status scattered_decode(std::string_view joined, std::size_t b, std::size_t e);
+    variant_status scattered_hex(std::string_view joined, std::size_t b, std::size_t e);
     variant_status finish();
 
     variant_scanner& vs;

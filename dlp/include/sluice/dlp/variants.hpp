@@ -77,7 +77,9 @@ enum decoder_bits : unsigned {
     dec_escape = 1u << 3,
     dec_html = 1u << 4,
     dec_unicode = 1u << 5,
-    dec_all = 0x3fu,
+    /// Base64 and hex in groups split by other bytes (src/variant_scattered.cpp).
+    dec_scattered = 1u << 6,
+    dec_all = 0x7fu,
 };
 
 struct variant_options {
