@@ -101,8 +101,8 @@ struct variant_scanner::walk {
     // Groups split by any other bytes (variant_scattered.cpp).
     variant_status scattered();
     struct join_counts {
-        std::size_t chars = 0, pieces = 0, upper = 0, digits = 0, hex = 0, lower_words = 0,
-                    turns = 0, text = 0;
+        std::size_t chars = 0, pieces = 0, upper = 0, lower = 0, digits = 0, hex = 0,
+                    lower_words = 0, upper_words = 0, turns = 0, text = 0;
         bool has_url = false;
         bool worth(std::size_t region) const noexcept;
     };
