@@ -230,7 +230,8 @@ inline std::size_t escape_len(const unsigned char* d, std::size_t k, std::size_t
 // run is one piece, cut to its ends as a whole.
 variant_scanner::walk::join_counts variant_scanner::walk::scattered_join(std::size_t b,
                                                                          std::size_t e, bool url,
-                                                                         std::string* out) const {
+                                                                         std::string* out,
+                                                                         bool escapes) const {
     join_counts jc;
     std::size_t lower_run = 0, upper_run = 0,
                 line = 0;        // line: characters since the piece's last line break
@@ -297,7 +298,7 @@ variant_scanner::walk::join_counts variant_scanner::walk::scattered_join(std::si
             continue;
         }
         lower_run = 0, upper_run = 0;
-        if (const std::size_t lb = line_break_end(d, k, e);
+        if (const std::size_t lb = escapes || ch != '\\' ? line_break_end(d, k, e) : k;
             in_piece && line >= min_run && lb != k && lb < e && letter(d[lb])) {
             line = 0;
             jc.text += lb - k - 1; // the rest of the break ("\\r\\n"), all text
@@ -306,7 +307,7 @@ variant_scanner::walk::join_counts variant_scanner::walk::scattered_join(std::si
         }
         end_piece();
         line = 0;
-        const std::size_t esc = ch == '\\' ? escape_len(d, k, e) : 0;
+        const std::size_t esc = ch == '\\' && escapes ? escape_len(d, k, e) : 0;
         jc.text += esc > 1 ? esc - 1 : 0; // an escape is text
         k += esc != 0 ? esc : 1;
     }
@@ -351,9 +352,17 @@ variant_status variant_scanner::walk::scattered() {
         // With '-' and '_' as characters (base64url), and as separators when there are any.
         for (const bool url : {true, false}) {
             if (st != variant_status::ok || (!url && !jc.has_url))
-                return;
+                break;
             joined.clear();
             scattered_join(b, e, url, &joined);
+            if (joined.size() >= min_scattered)
+                st = scattered_decode(joined, b, e);
+        }
+        // A backslash that is no escape ("\\b" or "\\0" in base64 that is not in a string):
+        // the letter after it is the receiver's, once the backslash is stripped.
+        if (st == variant_status::ok && std::find(d + b, d + e, '\\') != d + e) {
+            joined.clear();
+            scattered_join(b, e, true, &joined, false);
             if (joined.size() >= min_scattered)
                 st = scattered_decode(joined, b, e);
         }

@@ -106,7 +106,9 @@ struct variant_scanner::walk {
         bool has_url = false;
         bool worth(std::size_t region) const noexcept;
     };
-    join_counts scattered_join(std::size_t b, std::size_t e, bool url, std::string* out) const;
+    // `escapes`: the letter of an escape ("\\n") is left out of the join.
+    join_counts scattered_join(std::size_t b, std::size_t e, bool url, std::string* out,
+                               bool escapes = true) const;
     variant_status scattered_decode(std::string_view joined, std::size_t b, std::size_t e);
     variant_status scattered_hex(std::string_view joined, std::size_t b, std::size_t e);
     variant_status finish();

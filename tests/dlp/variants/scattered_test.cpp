@@ -125,3 +125,15 @@ TEST_F(scattered_test, clean_text_finds_nothing_and_a_long_value_is_not_decoded_
     EXPECT_LT(with.decoded_bytes, without.decoded_bytes + 16 * 1024)
         << with.decoded_bytes << " vs " << without.decoded_bytes;
 }
+
+// A backslash in base64 outside a string is no escape: "\b" and "\0" were read as one, the
+// letter after the backslash left out and the token lost (a third red-team find).
+TEST_F(scattered_test, a_stray_backslash_does_not_eat_the_next_letter) {
+    const std::string b64 = tc::base64(tok_);
+    for (std::size_t at = 1; at + 1 < b64.size(); ++at) {
+        if (b64[at] != 'b' && b64[at] != '0' && b64[at] != 'n' && b64[at] != 't')
+            continue;
+        EXPECT_TRUE(found("d: " + b64.substr(0, at) + "\\" + b64.substr(at) + "\n"))
+            << "backslash before " << at << " ('" << b64[at] << "')";
+    }
+}
