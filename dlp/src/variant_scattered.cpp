@@ -251,6 +251,7 @@ variant_scanner::walk::join_counts variant_scanner::walk::scattered_join(std::si
     for (std::size_t k = b; k < e;) {
         const unsigned char ch = d[k];
         jc.has_url = jc.has_url || ch == '-' || ch == '_';
+        jc.has_std = jc.has_std || ch == '+' || ch == '/';
         jc.text += (ch >= 0x20 && ch < 0x7f) || ch == '\t' || ch == '\r' || ch == '\n';
         if (letter(ch)) {
             if (line == 0) {
@@ -349,10 +350,14 @@ variant_status variant_scanner::walk::scattered() {
         const join_counts jc = scattered_join(b, e, true, nullptr);
         if (!jc.worth(e - b))
             return;
-        // With '-' and '_' as characters (base64url), and as separators when there are any.
+        // With '-' and '_' as characters (base64url), and as separators when there are any;
+        // only as separators next to '+' or '/' (the standard alphabet's, which base64url
+        // has none of).
         for (const bool url : {true, false}) {
             if (st != variant_status::ok || (!url && !jc.has_url))
                 break;
+            if (url && jc.has_url && jc.has_std)
+                continue;
             joined.clear();
             scattered_join(b, e, url, &joined);
             if (joined.size() >= min_scattered)

@@ -103,7 +103,7 @@ struct variant_scanner::walk {
     struct join_counts {
         std::size_t chars = 0, pieces = 0, upper = 0, lower = 0, digits = 0, hex = 0,
                     lower_words = 0, upper_words = 0, turns = 0, text = 0;
-        bool has_url = false;
+        bool has_url = false, has_std = false;
         bool worth(std::size_t region) const noexcept;
     };
     // `escapes`: the letter of an escape ("\\n") is left out of the join.
